@@ -1,0 +1,61 @@
+"""dfc: dynamic control flow for machine learning.
+
+Re-exports are lazy (module __getattr__) so that `import dfc` is cheap and
+`dfc run` never imports dfc.compiler or gast.
+"""
+import importlib
+
+from dfc.errors import (DfcError, DfcGraphError, DfcTypeError, DfcConversionError, DfcRuntimeError,  # noqa: F401
+                        DfcAssertionError, DfcDeadlockError, DfcInputError, DfcOutOfMemory)
+
+__version__ = "0.1.0"
+
+_OPS = ("constant add subtract multiply divide floordiv mod pow maximum minimum negative abs sign square sqrt "
+        "rsqrt exp log log1p sin cos tanh sigmoid relu floor ceil round reciprocal less less_equal greater "
+        "greater_equal equal not_equal logical_and logical_or logical_not isfinite identity stop_gradient cast "
+        "matmul reduce_sum reduce_mean reduce_max reduce_min reduce_prod reduce_all reduce_any argmax argmin "
+        "reshape transpose expand_dims squeeze concat stack unstack gather where shape size rank fill zeros "
+        "ones zeros_like ones_like broadcast_to range softmax log_softmax one_hot random_uniform random_normal "
+        "print Assert clip").split()
+
+_LAZY = {name: ("dfc.compiler.ops_api", name) for name in _OPS}
+_LAZY.update({
+    "Graph": ("dfc.ir.graph", "Graph"), "Node": ("dfc.ir.graph", "Node"),
+    "save": ("dfc.ir.serialize", "save"), "load": ("dfc.ir.serialize", "load"),
+    "Session": ("dfc.runtime.session", "Session"),
+    "Tensor": ("dfc.compiler.tracing", "Tensor"), "TensorSpec": ("dfc.compiler.tracing", "TensorSpec"),
+    "trace": ("dfc.compiler.api", "trace"), "device": ("dfc.compiler.api", "device"),
+    "cond": ("dfc.compiler.control_flow", "cond"), "while_loop": ("dfc.compiler.control_flow", "while_loop"),
+    "TensorArray": ("dfc.compiler.tensor_array", "TensorArray"),
+    "Variable": ("dfc.compiler.variables", "Variable"),
+    "scan": ("dfc.compiler.functional", "scan"), "map_fn": ("dfc.compiler.functional", "map_fn"),
+    "foldl": ("dfc.compiler.functional", "foldl"),
+    "function": ("dfc.compiler.autograph", "function"),
+    "gradients": ("dfc.compiler.autodiff", "gradients"),
+    "value_and_grad": ("dfc.compiler.autodiff", "value_and_grad"),
+    "train": ("dfc.compiler.train", None),
+    "nest": ("dfc.nest", None),
+})
+# numpy-style aliases
+_ALIASES = {"sum": "reduce_sum", "mean": "reduce_mean", "max": "reduce_max", "min": "reduce_min",
+            "prod": "reduce_prod"}
+
+
+def run(graph, *args, **kwargs):
+    """Run a Graph with its inputs (same as graph(*args))."""
+    return graph(*args, **kwargs)
+
+
+def __getattr__(name):
+    name2 = _ALIASES.get(name, name)
+    if name2 in _LAZY:
+        mod, attr = _LAZY[name2]
+        m = importlib.import_module(mod)
+        value = m if attr is None else getattr(m, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dfc' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_ALIASES))

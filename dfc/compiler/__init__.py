@@ -1,0 +1,1 @@
+"""Everything that BUILDS graphs."""

@@ -1,0 +1,268 @@
+"""Static analyses on a (lowered) function body: activity, liveness, reaching
+definitions. Results are stored on the If/While/For nodes they describe:
+
+  node._dfc_modified   QNs written anywhere in the statement (not in nested defs)
+  node._dfc_live_out   QNs live right after the statement
+  node._dfc_loop_live  (loops) QNs live at the loop head
+  node._dfc_defined_in names possibly defined before the statement
+
+A QN ("qualified name") is a string: a plain name `x`, an attribute chain
+`self.a.b`, or a constant subscript `d['k']`. Composite QNs are tracked so
+attributes and dict entries can be loop variables and branch outputs.
+"""
+import gast
+
+_COMPOUND = (gast.If, gast.While, gast.For)
+
+
+# ---------------------------------------------------------------- QNs
+def qn_of(node):
+    """The QN of a Name/Attribute/constant Subscript chain, else None."""
+    if isinstance(node, gast.Name):
+        return node.id
+    if isinstance(node, gast.Attribute):
+        base = qn_of(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    if isinstance(node, gast.Subscript) and isinstance(node.slice, gast.Constant):
+        key = node.slice.value
+        if isinstance(key, (str, int)) and not isinstance(key, bool):
+            base = qn_of(node.value)
+            return None if base is None else f"{base}[{key!r}]"
+    return None
+
+
+def is_composite(qn):
+    return not qn.isidentifier()
+
+
+def base_name(qn):
+    for i, ch in enumerate(qn):
+        if ch in ".[":
+            return qn[:i]
+    return qn
+
+
+def qn_parents(qn):
+    """'a.b[1].c' -> ['a', 'a.b', "a.b[1]"]."""
+    out, depth = [], 0
+    for i, ch in enumerate(qn):
+        if ch == "[":
+            if depth == 0:
+                out.append(qn[:i])
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "." and depth == 0:
+            out.append(qn[:i])
+    return out
+
+
+# ---------------------------------------------------------------- activity
+class Activity(gast.NodeVisitor):
+    """Reads and writes of one statement or expression (nested defs: free reads)."""
+
+    def __init__(self):
+        self.reads, self.writes = set(), set()
+        self.scope_decls = set()  # names declared global/nonlocal
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, gast.Load):
+            self.reads.add(node.id)
+        elif isinstance(node.ctx, (gast.Store, gast.Del)):
+            self.writes.add(node.id)
+
+    def _visit_chain(self, node):
+        qn = qn_of(node)
+        if isinstance(node.ctx, gast.Load):
+            if qn is not None:
+                self.reads.add(qn)
+                self.reads.update(qn_parents(qn))
+                return
+        elif qn is not None:
+            self.writes.add(qn)
+            self.reads.update(qn_parents(qn))
+            return
+        self.visit(node.value)
+        if isinstance(node, gast.Subscript):
+            self.visit(node.slice)
+
+    visit_Attribute = _visit_chain
+    visit_Subscript = _visit_chain
+
+    def visit_AugAssign(self, node):
+        qn = qn_of(node.target)
+        if qn is not None:
+            self.reads.add(qn)
+        self.visit(node.target)
+        self.visit(node.value)
+
+    def visit_FunctionDef(self, node):
+        self.writes.add(node.name)
+        for d in node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d]:
+            self.visit(d)
+        self.reads.update(free_reads(node))
+
+    def visit_Lambda(self, node):
+        for d in node.args.defaults:
+            self.visit(d)
+        self.reads.update(free_reads(node))
+
+    def visit_ClassDef(self, node):
+        self.writes.add(node.name)
+        for d in node.decorator_list + node.bases:
+            self.visit(d)
+
+    def _visit_comprehension(self, node):
+        self.reads.update(free_reads(node))
+
+    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _visit_comprehension
+
+    def visit_Global(self, node):
+        self.scope_decls.update(node.names)
+
+    visit_Nonlocal = visit_Global
+
+
+def activity(nodes):
+    act = Activity()
+    for node in nodes if isinstance(nodes, list) else [nodes]:
+        if node is not None:
+            act.visit(node)
+    return act
+
+
+def reads(node):
+    return activity(node).reads if node is not None else set()
+
+
+def writes(nodes):
+    return activity(nodes).writes
+
+
+def free_reads(fn_node):
+    """Names a nested function / lambda / comprehension reads from outside."""
+    loads, stores = set(), set()
+    for node in gast.walk(fn_node):
+        if isinstance(node, gast.Name):
+            (loads if isinstance(node.ctx, gast.Load) else stores).add(node.id)
+        elif isinstance(node, (gast.FunctionDef, gast.ClassDef)) and node is not fn_node:
+            stores.add(node.name)
+    declared = set()
+    for node in gast.walk(fn_node):
+        if isinstance(node, (gast.Global, gast.Nonlocal)):
+            declared.update(node.names)
+    return loads - (stores - declared)
+
+
+# ---------------------------------------------------------------- liveness
+def _loop_extra_reads(node):
+    return set(getattr(node, "_dfc_extra_flags", ()))
+
+
+def live_block(stmts, live_out):
+    live = set(live_out)
+    for stmt in reversed(stmts):
+        live = live_stmt(stmt, live)
+    return live
+
+
+def live_stmt(node, live_out):
+    if isinstance(node, gast.If):
+        node._dfc_live_out = set(live_out)
+        return reads(node.test) | live_block(node.body, live_out) | live_block(node.orelse, live_out)
+    if isinstance(node, gast.While):
+        node._dfc_live_out = set(live_out)
+        head = set(live_out) | reads(node.test) | live_block(node.orelse, live_out)
+        while True:
+            new = head | live_block(node.body, head)
+            if new == head:
+                break
+            head = new
+        node._dfc_loop_live = head
+        return head
+    if isinstance(node, gast.For):
+        node._dfc_live_out = set(live_out)
+        targets = writes(node.target)
+        head = set(live_out) | live_block(node.orelse, live_out) | _loop_extra_reads(node)
+        while True:
+            new = head | (live_block(node.body, head) - targets)
+            if new == head:
+                break
+            head = new
+        node._dfc_loop_live = head
+        return head | reads(node.iter)
+    if isinstance(node, gast.With):
+        body = live_block(node.body, live_out)
+        return reads(node.items) | (body - writes([i.optional_vars for i in node.items if i.optional_vars]))
+    if isinstance(node, gast.Try):
+        inner = live_block(node.finalbody, live_out)
+        handlers = set()
+        for h in node.handlers:
+            handlers |= live_block(h.body, inner)
+        body = live_block(node.body + node.orelse, inner)
+        return body | handlers | inner
+    if isinstance(node, gast.Return):
+        return reads(node.value)
+    if isinstance(node, (gast.Raise,)):
+        return reads(node)
+    act = activity(node)
+    return act.reads | (set(live_out) - act.writes)
+
+
+# ---------------------------------------------------------------- reaching definitions
+def defined_block(stmts, defined):
+    for stmt in stmts:
+        defined = defined_stmt(stmt, defined)
+    return defined
+
+
+def defined_stmt(node, defined):
+    if isinstance(node, gast.If):
+        node._dfc_defined_in = set(defined)
+        return defined_block(node.body, defined) | defined_block(node.orelse, defined)
+    if isinstance(node, (gast.While, gast.For)):
+        node._dfc_defined_in = set(defined)
+        loop = set(defined) | writes(node.body)
+        if isinstance(node, gast.For):
+            loop |= writes(node.target)
+        loop = defined_block(node.body, loop)
+        return defined_block(node.orelse, loop)
+    if isinstance(node, gast.With):
+        return defined_block(node.body, defined | writes([i.optional_vars for i in node.items if i.optional_vars]))
+    if isinstance(node, gast.Try):
+        d = defined_block(node.body + node.orelse, defined)
+        for h in node.handlers:
+            d = defined_block(h.body, d | ({h.name.id} if isinstance(h.name, gast.Name) else set()))
+        return defined_block(node.finalbody, d)
+    return defined | writes(node)
+
+
+# ---------------------------------------------------------------- driver
+def modified(node):
+    """QNs a compound statement writes (targets of a for included)."""
+    out = writes(node.body + node.orelse)
+    if isinstance(node, gast.For):
+        out |= writes(node.target)
+    return out
+
+
+def param_names(fn_node):
+    args = fn_node.args
+    names = [a.id for a in args.posonlyargs + args.args + args.kwonlyargs]
+    for a in (args.vararg, args.kwarg):
+        if a is not None:
+            names.append(a.id)
+    return names
+
+
+def analyze_function(fn_node):
+    """Annotate every If/While/For in fn_node (and in nested functions)."""
+    body = fn_node.body if isinstance(fn_node.body, list) else []
+    live_block(body, set())
+    defined_block(body, set(param_names(fn_node)))
+    for node in gast.walk(fn_node):
+        if isinstance(node, _COMPOUND):
+            node._dfc_modified = modified(node)
+        elif isinstance(node, gast.FunctionDef) and node is not fn_node:
+            live_block(node.body, set())
+            defined_block(node.body, set(param_names(node)))

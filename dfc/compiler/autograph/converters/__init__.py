@@ -1,0 +1,1 @@
+"""One converter per feature; `PIPELINE` in dfc.compiler.autograph.conversion runs them in order."""

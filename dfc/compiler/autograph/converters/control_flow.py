@@ -1,0 +1,181 @@
+"""if/while/for -> calls of ag__.if_stmt / while_stmt / for_stmt.
+
+    if x > 0:                     def get_state():
+        y = x                         return (y,)
+    else:             ->          def set_state(vars_):
+        y = -x                        nonlocal y
+                                      (y,) = vars_
+                                  def if_body():
+                                      nonlocal y
+                                      y = x
+                                  def else_body():
+                                      nonlocal y
+                                      y = -x
+                                  ag__.if_stmt(x > 0, if_body, else_body, get_state, set_state, ('y',))
+
+The state is exactly the modified variables that are live afterwards (for
+loops: live at the loop head), sorted, plain names first; modified
+attributes and constant subscripts (`self.x`, `d['k']`) are always state.
+Variables no definition reaches get `x = ag__.Undefined('x')` first, so
+`nonlocal` always has a binding and misuse is reported by name.
+"""
+import gast
+
+from dfc.compiler.autograph import analysis, templates
+from dfc.compiler.autograph.transformer import Converter
+
+
+class ControlFlow(Converter):
+    # ------------------------------------------------------------ state
+    def _state(self, node, live):
+        mod = node._dfc_modified
+        plain = sorted(q for q in mod if not analysis.is_composite(q) and q in live)
+        composite = sorted(q for q in mod if analysis.is_composite(q)
+                           and not any(p in mod for p in analysis.qn_parents(q)))
+        return plain + composite
+
+    def _plain_modified(self, node):
+        return sorted(q for q in node._dfc_modified if not analysis.is_composite(q))
+
+    def _undefined_inits(self, node):
+        out = []
+        for name in self._plain_modified(node):
+            if name not in node._dfc_defined_in:
+                out.extend(templates.replace("name = ag__.Undefined(label)",
+                                             name=name, label=templates.const(name)))
+        return out
+
+    def _state_functions(self, state):
+        get_name = self.ctx.namer.new("get_state")
+        set_name = self.ctx.namer.new("set_state")
+        vars_name = self.ctx.namer.new("vars_")
+        loads = []
+        for qn in state:
+            if analysis.is_composite(qn):
+                loads.append(templates.replace_as_expression(
+                    "ag__.ld_or_undefined(lambda: target, label)",
+                    target=_parse_qn(qn), label=templates.const(qn)))
+            else:
+                loads.append(templates.name(qn))
+        plain = [q for q in state if not analysis.is_composite(q)]
+        sets = []
+        if plain:
+            target = gast.Tuple(elts=[templates.name(q, gast.Store()) for q in plain], ctx=gast.Store())
+            value = templates.name(vars_name)
+            if len(plain) < len(state):
+                value = templates.replace_as_expression(f"vars_[:{len(plain)}]", vars_=vars_name)
+            sets.append(gast.Assign(targets=[target], value=value, type_comment=None))
+        for i, qn in enumerate(state):
+            if analysis.is_composite(qn):
+                sets.extend(templates.replace(f"""
+                    if not ag__.is_undefined(vars_[{i}]):
+                        target = vars_[{i}]
+                """, vars_=vars_name, target=_parse_qn(qn)))
+        if not sets:
+            sets = [gast.Pass()]
+        stmts = templates.replace("""
+            def get_name():
+                return state
+            def set_name(vars_):
+                nonlocal plain
+                sets
+        """, get_name=get_name, set_name=set_name, vars_=vars_name, plain=plain, sets=sets,
+            state=gast.Tuple(elts=loads, ctx=gast.Load()))
+        return stmts, get_name, set_name
+
+    def _def(self, base, body, nonlocals, args=()):
+        name = self.ctx.namer.new(base)
+        params = ", ".join(args)
+        stmts = templates.replace(f"""
+            def fn_name({params}):
+                nonlocal names
+                body
+        """, fn_name=name, names=nonlocals, body=body or [gast.Pass()])
+        return stmts, name
+
+    def _opts(self, node, state):
+        lists = set()
+        for n in gast.walk(node):
+            qn = getattr(n, "_dfc_list_append", None)
+            if qn is not None and qn in state:
+                lists.add(qn)
+        if not lists:
+            return templates.const(None)
+        return gast.Dict(keys=[templates.const("lists")], values=[templates.str_tuple(sorted(lists))])
+
+    # ------------------------------------------------------------ if
+    def visit_If(self, node):
+        self.generic_visit(node)
+        state = self._state(node, node._dfc_live_out)
+        nonlocals = self._plain_modified(node)
+        out = self._undefined_inits(node)
+        fns, get_name, set_name = self._state_functions(state)
+        out.extend(fns)
+        body_def, body_name = self._def("if_body", node.body, nonlocals)
+        out.extend(body_def)
+        else_name = None
+        if node.orelse:
+            else_def, else_name = self._def("else_body", node.orelse, nonlocals)
+            out.extend(else_def)
+        out.extend(templates.replace(
+            "ag__.if_stmt(test, body, orelse, get_state, set_state, names)",
+            test=node.test, body=body_name,
+            orelse=else_name if else_name else templates.const(None),
+            get_state=get_name, set_state=set_name, names=templates.str_tuple(state)))
+        return self.mark(out, node)
+
+    # ------------------------------------------------------------ while
+    def visit_While(self, node):
+        self.generic_visit(node)
+        state = self._state(node, node._dfc_loop_live)
+        nonlocals = self._plain_modified(node)
+        out = self._undefined_inits(node)
+        fns, get_name, set_name = self._state_functions(state)
+        out.extend(fns)
+        test_name = self.ctx.namer.new("loop_test")
+        out.extend(templates.replace("""
+            def test_name():
+                return test
+        """, test_name=test_name, test=node.test))
+        body_def, body_name = self._def("loop_body", node.body, nonlocals)
+        out.extend(body_def)
+        out.extend(templates.replace(
+            "ag__.while_stmt(test, body, get_state, set_state, names, opts)",
+            test=test_name, body=body_name, get_state=get_name, set_state=set_name,
+            names=templates.str_tuple(state), opts=self._opts(node, state)))
+        return self.mark(out, node)
+
+    # ------------------------------------------------------------ for
+    def visit_For(self, node):
+        self.generic_visit(node)
+        state = self._state(node, node._dfc_loop_live)
+        nonlocals = self._plain_modified(node)
+        out = self._undefined_inits(node)
+        fns, get_name, set_name = self._state_functions(state)
+        out.extend(fns)
+        extra_name = None
+        flags = getattr(node, "_dfc_extra_flags", [])
+        if flags:
+            extra_name = self.ctx.namer.new("extra_test")
+            test = templates.replace_as_expression(
+                "ag__.and_(" + ", ".join(f"lambda: ag__.not_({f})" for f in flags) + ")"
+                if len(flags) > 1 else f"ag__.not_({flags[0]})")
+            out.extend(templates.replace("""
+                def extra_name():
+                    return test
+            """, extra_name=extra_name, test=test))
+        itr = self.ctx.namer.new("itr")
+        bind = templates.replace("target = itr", target=node.target, itr=itr)
+        self.mark(bind, node)
+        body_def, body_name = self._def("loop_body", bind + node.body, nonlocals, args=(itr,))
+        out.extend(body_def)
+        out.extend(templates.replace(
+            "ag__.for_stmt(iter_, extra, body, get_state, set_state, names, opts)",
+            iter_=node.iter, extra=extra_name if extra_name else templates.const(None),
+            body=body_name, get_state=get_name, set_state=set_name,
+            names=templates.str_tuple(state), opts=self._opts(node, state)))
+        return self.mark(out, node)
+
+
+def _parse_qn(qn):
+    return gast.parse(qn).body[0].value

@@ -1,0 +1,62 @@
+"""The few things of the tracing core that the runtime helpers need.
+
+Imported lazily so the converter can be used (and tested) on plain Python
+values without the core.
+"""
+import numpy as np
+
+
+def dfc():
+    import dfc as _dfc
+    return _dfc
+
+
+def tensor_type():
+    try:
+        from dfc.compiler.tracing import Tensor
+    except ImportError:
+        return ()
+    return Tensor
+
+
+def tensor_array_type():
+    try:
+        from dfc.compiler.tracing import TensorArray
+        return TensorArray
+    except ImportError:
+        pass
+    try:
+        return dfc().TensorArray
+    except AttributeError:
+        return ()
+
+
+def is_tensor(x):
+    t = tensor_type()
+    return bool(t) and isinstance(x, t)
+
+
+def is_tensor_array(x):
+    t = tensor_array_type()
+    return bool(t) and isinstance(x, t)
+
+
+def is_number(x):
+    return isinstance(x, (bool, int, float, complex, np.generic)) or (
+        isinstance(x, np.ndarray))
+
+
+def current_graph():
+    """The graph being traced (for rollback of an abandoned attempt), or None."""
+    try:
+        from dfc.compiler import tracing
+    except ImportError:
+        return None
+    for name in ("get_default_graph", "current_graph", "default_graph"):
+        getter = getattr(tracing, name, None)
+        if callable(getter):
+            try:
+                return getter()
+            except Exception:
+                return None
+    return None

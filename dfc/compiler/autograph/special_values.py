@@ -1,0 +1,52 @@
+"""Sentinels for variables that have no value yet."""
+from dfc.compiler.autograph.errors import DfcUndefinedVariableError
+from dfc.compiler.autograph.origin import user_location
+
+
+class Undefined:
+    """The value of a variable no definition has reached yet.
+
+    Using it (arithmetic, truth, attributes, calls) raises a
+    DfcUndefinedVariableError naming the variable, like Python's
+    UnboundLocalError but pointing at the user's line.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        object.__setattr__(self, "name", name)
+
+    def _fail(self, *args, **kwargs):
+        raise DfcUndefinedVariableError(
+            f"variable '{self.name}' is used before it is defined (it is not set on every "
+            f"path that reaches this line)", loc=user_location())
+
+    def __getattr__(self, item):
+        if item.startswith("__") and item.endswith("__"):
+            raise AttributeError(item)
+        self._fail()
+
+    def __repr__(self):
+        return f"Undefined({self.name!r})"
+
+    __bool__ = __call__ = __iter__ = __len__ = __getitem__ = __index__ = _fail
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _fail
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _fail
+    __pow__ = __rpow__ = __matmul__ = __rmatmul__ = __neg__ = __pos__ = __abs__ = _fail
+    __lt__ = __le__ = __gt__ = __ge__ = _fail
+    __int__ = __float__ = _fail
+
+
+class UndefinedReturnValue:
+    """The return value of a function that has not returned yet."""
+
+    def __repr__(self):
+        return "UndefinedReturnValue()"
+
+
+def is_undefined(value):
+    return isinstance(value, (Undefined, UndefinedReturnValue))
+
+
+def retval(value):
+    return None if isinstance(value, UndefinedReturnValue) else value

@@ -1,0 +1,377 @@
+"""The op functions users call (numpy-like names) and Tensor's Python operators."""
+import builtins
+
+import numpy as np
+
+from dfc.errors import DfcTypeError
+from dfc.ir import dtypes as dt
+from dfc.compiler.tracing import Tensor, convert, current_builder, is_weak, const_array, user_location
+
+
+def _b():
+    return current_builder()
+
+
+def constant(value, dtype=None, name=None):
+    return convert(value, dtype, name=name) if not isinstance(value, Tensor) else convert(value, dtype)
+
+
+def _weak_to(x, d):
+    """A Python scalar meeting a tensor of dtype d."""
+    if isinstance(x, float) and d not in dt.FLOATS:
+        return "float64"
+    if isinstance(x, int) and not isinstance(x, bool) and d == "bool":
+        return "int64"
+    return d
+
+
+def operands(x, y):
+    """Both operands as tensors of one dtype (numpy promotion; Python scalars are weak)."""
+    xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
+    if xt and yt:
+        d = dt.promote(x.dtype, y.dtype)
+    elif xt:
+        d = _weak_to(y, x.dtype) if is_weak(y) else dt.promote(x.dtype, const_array(y).dtype)
+    elif yt:
+        d = _weak_to(x, y.dtype) if is_weak(x) else dt.promote(const_array(x).dtype, y.dtype)
+    else:
+        x, y = convert(x), convert(y)
+        d = dt.promote(x.dtype, y.dtype)
+    return _as(x, d), _as(y, d)
+
+
+def _as(x, d):
+    if isinstance(x, Tensor):
+        return x if x.dtype == d else cast(x, d)
+    return convert(x, d)
+
+
+def _binary(op):
+    def fn(x, y, name=None):
+        x, y = operands(x, y)
+        return _b().make1(op, (x, y))
+    fn.__name__ = op.lower()
+    return fn
+
+
+add, subtract, multiply = _binary("Add"), _binary("Sub"), _binary("Mul")
+maximum, minimum = _binary("Maximum"), _binary("Minimum")
+floordiv, mod, pow = _binary("FloorDiv"), _binary("Mod"), _binary("Pow")
+less, less_equal, greater, greater_equal = _binary("Less"), _binary("LessEqual"), _binary("Greater"), \
+    _binary("GreaterEqual")
+equal, not_equal = _binary("Equal"), _binary("NotEqual")
+logical_and, logical_or = _binary("LogicalAnd"), _binary("LogicalOr")
+
+
+def divide(x, y):
+    x, y = operands(x, y)
+    if x.dtype not in dt.FLOATS:     # numpy true division of integers gives float64
+        x, y = cast(x, "float64"), cast(y, "float64")
+    return _b().make1("Div", (x, y))
+
+
+def _unary(op, float_only=False):
+    def fn(x, name=None):
+        x = convert(x)
+        if float_only and x.dtype not in dt.FLOATS:
+            x = cast(x, "float64" if x.dtype in dt.INTS else "float32")
+        return _b().make1(op, (x,))
+    fn.__name__ = op.lower()
+    return fn
+
+
+negative, abs, sign, square, relu = (_unary(o) for o in ("Neg", "Abs", "Sign", "Square", "Relu"))
+sqrt, rsqrt, exp, log, log1p = (_unary(o, True) for o in ("Sqrt", "Rsqrt", "Exp", "Log", "Log1p"))
+sin, cos, tanh, sigmoid = (_unary(o, True) for o in ("Sin", "Cos", "Tanh", "Sigmoid"))
+floor, ceil, round, reciprocal = (_unary(o, True) for o in ("Floor", "Ceil", "Round", "Reciprocal"))
+logical_not, isfinite = _unary("LogicalNot"), _unary("IsFinite", True)
+identity, stop_gradient = _unary("Identity"), _unary("StopGradient")
+
+
+def cast(x, dtype):
+    x = convert(x)
+    d = dt.as_dtype(dtype)
+    return x if x.dtype == d else _b().make1("Cast", (x,), {"dtype": d})
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False):
+    a, b = operands(a, b)
+    return _b().make1("MatMul", (a, b), {"transpose_a": transpose_a, "transpose_b": transpose_b})
+
+
+def _reducer(op):
+    def fn(x, axis=None, keepdims=False):
+        x = convert(x)
+        if op == "Mean" and x.dtype not in dt.FLOATS:
+            x = cast(x, "float64")
+        if op in ("All", "Any") and x.dtype != "bool":
+            x = cast(x, "bool")
+        ax = list(axis) if isinstance(axis, (list, tuple)) else axis
+        return _b().make1(op, (x,), {"axis": ax, "keepdims": bool(keepdims)})
+    fn.__name__ = "reduce_" + op.lower()
+    return fn
+
+
+reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod = (
+    _reducer(o) for o in ("Sum", "Mean", "Max", "Min", "Prod"))
+reduce_all, reduce_any = _reducer("All"), _reducer("Any")
+
+
+def argmax(x, axis=-1):
+    return _b().make1("ArgMax", (convert(x),), {"axis": axis})
+
+
+def argmin(x, axis=-1):
+    return _b().make1("ArgMin", (convert(x),), {"axis": axis})
+
+
+def _shape_arg(shape):
+    if isinstance(shape, Tensor):
+        return cast(shape, "int64")
+    if isinstance(shape, (list, tuple)) and builtins.any(isinstance(d, Tensor) for d in shape):
+        return stack([cast(reshape(convert(d), []), "int64") if isinstance(d, Tensor) else
+                      convert(d, "int64") for d in shape])
+    return convert(np.asarray(list(shape) if isinstance(shape, (list, tuple)) else shape, np.int64).reshape(-1))
+
+
+def reshape(x, shape):
+    return _b().make1("Reshape", (convert(x), _shape_arg(shape)))
+
+
+def transpose(x, perm=None):
+    return _b().make1("Transpose", (convert(x),), {"perm": None if perm is None else list(perm)})
+
+
+def expand_dims(x, axis):
+    return _b().make1("ExpandDims", (convert(x),), {"axis": axis})
+
+
+def squeeze(x, axis=None):
+    ax = list(axis) if isinstance(axis, (list, tuple)) else axis
+    return _b().make1("Squeeze", (convert(x),), {"axis": ax})
+
+
+def _same_dtype(values):
+    ts = [v for v in values if isinstance(v, Tensor)]
+    d = ts[0].dtype if ts else None
+    for t in ts[1:]:
+        d = dt.promote(d, t.dtype)
+    return [_as(v, d) if d else convert(v) for v in values]
+
+
+def concat(values, axis=0):
+    return _b().make1("Concat", _same_dtype(list(values)), {"axis": axis})
+
+
+def stack(values, axis=0):
+    if isinstance(values, Tensor):
+        return values
+    if hasattr(values, "_dfc_stack"):
+        return values._dfc_stack()
+    values = list(values)
+    if not values:
+        raise DfcTypeError("dfc.stack of an empty list", loc=user_location())
+    return _b().make1("Stack", _same_dtype(values), {"axis": axis})
+
+
+def unstack(x, num=None, axis=0):
+    x = convert(x)
+    if num is None:
+        if x.shape is None or x.shape[axis] is None:
+            raise DfcTypeError("unstack needs num= when the dimension is not known", loc=user_location())
+        num = x.shape[axis]
+    return _b().make(("Unstack"), (x,), {"num": num, "axis": axis})
+
+
+def gather(params, indices, axis=0):
+    ind = convert(indices)
+    if ind.dtype not in dt.INTS:
+        raise DfcTypeError(f"gather indices must be integers, got {ind.dtype}", loc=user_location())
+    return _b().make1("Gather", (convert(params), ind), {"axis": axis})
+
+
+def where(cond, x, y):
+    c = convert(cond)
+    if c.dtype != "bool":
+        c = cast(c, "bool")
+    x, y = operands(x, y)
+    return _b().make1("Where", (c, x, y))
+
+
+def shape(x):
+    return _b().make1("Shape", (convert(x),))
+
+
+def size(x):
+    return _b().make1("Size", (convert(x),))
+
+
+def rank(x):
+    return _b().make1("Rank", (convert(x),))
+
+
+def fill(dims, value, dtype=None):
+    v = convert(value, dtype)
+    return _b().make1("Fill", (_shape_arg(dims), v))
+
+
+def zeros(shape, dtype="float32"):
+    return fill(shape, np.zeros((), dt.as_dtype(dtype)))
+
+
+def ones(shape, dtype="float32"):
+    return fill(shape, np.ones((), dt.as_dtype(dtype)))
+
+
+def zeros_like(x, dtype=None):
+    z = _b().make1("ZerosLike", (convert(x),))
+    return z if dtype is None else cast(z, dtype)
+
+
+def ones_like(x, dtype=None):
+    o = _b().make1("OnesLike", (convert(x),))
+    return o if dtype is None else cast(o, dtype)
+
+
+def broadcast_to(x, shape):
+    return _b().make1("BroadcastTo", (convert(x), _shape_arg(shape)))
+
+
+def range(start, limit=None, delta=1, dtype=None):
+    if limit is None:
+        start, limit = 0, start
+    vals = [start, limit, delta]
+    ts = [v for v in vals if isinstance(v, Tensor)]
+    d = dt.as_dtype(dtype) if dtype else (ts[0].dtype if ts else const_array(
+        np.result_type(*[np.asarray(v) for v in vals]).type(0)).dtype.name)
+    for t in ts[1:]:
+        d = d if dtype else dt.promote(d, t.dtype)
+    if d == "float64" and not builtins.any(isinstance(v, Tensor) and v.dtype == "float64" for v in vals) \
+            and not dtype and builtins.all(is_weak(v) or isinstance(v, Tensor) for v in vals):
+        d = "float32"
+    return _b().make1("Range", tuple(_as(v, d) for v in vals))
+
+
+def softmax(x, axis=-1):
+    return _b().make1("Softmax", (_unary_float(x),), {"axis": axis})
+
+
+def log_softmax(x, axis=-1):
+    return _b().make1("LogSoftmax", (_unary_float(x),), {"axis": axis})
+
+
+def _unary_float(x):
+    x = convert(x)
+    return x if x.dtype in dt.FLOATS else cast(x, "float32")
+
+
+def one_hot(indices, depth, on_value=1.0, off_value=0.0, dtype="float32"):
+    return _b().make1("OneHot", (convert(indices),), {"depth": int(depth), "dtype": dt.as_dtype(dtype),
+                                                       "on": float(on_value), "off": float(off_value)})
+
+
+def random_uniform(shape, minval=0.0, maxval=1.0, dtype="float32", seed=0):
+    return _b().make1("RandomUniform", (_shape_arg(shape),), {"dtype": dt.as_dtype(dtype), "seed": int(seed),
+                                                              "a": float(minval), "b": float(maxval)})
+
+
+def random_normal(shape, mean=0.0, stddev=1.0, dtype="float32", seed=0):
+    return _b().make1("RandomNormal", (_shape_arg(shape),), {"dtype": dt.as_dtype(dtype), "seed": int(seed),
+                                                             "a": float(mean), "b": float(stddev)})
+
+
+def print(*values, sep=" ", end="\n"):
+    """In-graph print: like Python's print, run when the graph runs (in program order)."""
+    pieces, tensors, text = [], [], ""
+    for k, v in enumerate(values):
+        if k:
+            text += sep
+        if isinstance(v, Tensor):
+            pieces.append(text)
+            tensors.append(v)
+            text = ""
+        else:
+            text += str(v)
+    pieces.append(text + end)
+    _b().make("Print", tensors, {"template": pieces})
+
+
+def Assert(cond, data=None, message=""):
+    c = convert(cond)
+    if c.dtype != "bool":
+        c = cast(c, "bool")
+    _b().make("Assert", [c] + [convert(d) for d in (data or [])], {"message": str(message)})
+
+
+def clip(x, lo, hi):
+    return minimum(maximum(x, lo), hi)
+
+
+# ------------------------------------------------------------------ indexing
+
+
+def getitem(x, key):
+    x = convert(x)
+    if not isinstance(key, tuple):
+        key = (key,)
+    spec, dyn = [], []
+
+    def dyn_ref(t):
+        t = convert(t)
+        if t.dtype not in dt.INTS:
+            raise DfcTypeError(f"tensor index must be an integer, got {t.dtype}", loc=user_location())
+        dyn.append(t)
+        return {"t": len(dyn) - 1}
+
+    for k in key:
+        if k is None:
+            spec.append(["newaxis"])
+        elif k is Ellipsis:
+            spec.append(["ellipsis"])
+        elif isinstance(k, slice):
+            parts = [dyn_ref(p) if isinstance(p, Tensor) else (None if p is None else int(p))
+                     for p in (k.start, k.stop, k.step)]
+            if parts[2] == 0:
+                raise DfcTypeError("slice step cannot be zero", loc=user_location())
+            spec.append(["slice"] + parts)
+        elif isinstance(k, Tensor) and k.shape == ():
+            spec.append(["int", dyn_ref(k)])
+        elif isinstance(k, (Tensor, list, np.ndarray)):
+            t = convert(k)
+            if t.dtype == "bool":
+                raise DfcTypeError("boolean mask indexing is not supported: use dfc.where", loc=user_location())
+            spec.append(["tensor", dyn_ref(t)["t"]])
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            spec.append(["int", int(k)])
+        else:
+            raise DfcTypeError(f"unsupported index {k!r}", loc=user_location())
+    return _b().make1("GetItem", [x] + dyn, {"spec": spec})
+
+
+def _r(fn):
+    return lambda self, other: fn(other, self)
+
+
+Tensor.__add__, Tensor.__radd__ = add, _r(add)
+Tensor.__sub__, Tensor.__rsub__ = subtract, _r(subtract)
+Tensor.__mul__, Tensor.__rmul__ = multiply, _r(multiply)
+Tensor.__truediv__, Tensor.__rtruediv__ = divide, _r(divide)
+Tensor.__floordiv__, Tensor.__rfloordiv__ = floordiv, _r(floordiv)
+Tensor.__mod__, Tensor.__rmod__ = mod, _r(mod)
+Tensor.__pow__, Tensor.__rpow__ = pow, _r(pow)
+Tensor.__matmul__, Tensor.__rmatmul__ = matmul, _r(matmul)
+Tensor.__lt__, Tensor.__le__, Tensor.__gt__, Tensor.__ge__ = less, less_equal, greater, greater_equal
+Tensor.__eq__, Tensor.__ne__ = equal, not_equal
+Tensor.__and__, Tensor.__rand__ = logical_and, _r(logical_and)
+Tensor.__or__, Tensor.__ror__ = logical_or, _r(logical_or)
+Tensor.__invert__ = logical_not
+Tensor.__neg__ = negative
+Tensor.__pos__ = identity
+Tensor.__abs__ = abs
+Tensor.__getitem__ = getitem
+Tensor.__hash__ = object.__hash__
+Tensor.T = property(lambda self: transpose(self))
+Tensor.astype = cast
+Tensor.reshape = lambda self, *s: reshape(self, s[0] if len(s) == 1 else s)
+Tensor.sum = lambda self, axis=None, keepdims=False: reduce_sum(self, axis, keepdims)
+Tensor.mean = lambda self, axis=None, keepdims=False: reduce_mean(self, axis, keepdims)

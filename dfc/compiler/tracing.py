@@ -1,0 +1,364 @@
+"""Graph builder and symbolic tensors.
+
+`trace(fn, args)` calls `fn` with symbolic Tensors in place of TensorSpec
+arguments; every dfc op called on them adds a node to the graph being built.
+Control-flow contexts (dfc.compiler.control_flow) decide how a tensor from
+outside a branch or loop body is captured (one Switch / one Enter each).
+"""
+import inspect
+import os
+import sys
+import threading
+
+import numpy as np
+
+from dfc import nest
+from dfc.errors import DfcError, DfcTypeError, DfcInputError
+from dfc.ir import dtypes as dt
+from dfc.ir import ops as opreg
+from dfc.ir.graph import Graph, Node
+
+_DFC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# generated filename -> {generated line: (original file, original line)}; filled by autograph.
+SOURCE_MAPS = {}
+_local = threading.local()
+
+# Ops whose order is the program order (automatic control dependencies).
+EFFECT_OPS = frozenset({"Print", "Assert", "Assign", "AssignAdd", "AssignSub", "ReadVariable", "Save",
+                        "Restore"})
+
+
+def user_location(skip_dfc=True):
+    """'file.py:12' of the innermost frame of user code (generated code mapped back)."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        smap = SOURCE_MAPS.get(fn)
+        if smap is not None:
+            orig = smap.get(f.f_lineno)
+            if orig is not None:
+                return f"{orig[0]}:{orig[1]}"
+        elif not (skip_dfc and fn.startswith(_DFC_DIR)) and not fn.startswith("<"):
+            return f"{fn}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+class TensorSpec:
+    """The dtype and shape of a graph input (None dims accept any size)."""
+
+    def __init__(self, shape=None, dtype="float32", name=None):
+        self.shape = None if shape is None else tuple(None if d is None else int(d) for d in shape)
+        self.dtype = dt.as_dtype(dtype)
+        self.name = name
+
+    @classmethod
+    def from_value(cls, v, name=None):
+        a = np.asarray(v)
+        return cls(a.shape, a.dtype.name, name)
+
+    def __eq__(self, o):
+        return isinstance(o, TensorSpec) and (self.shape, self.dtype, self.name) == (o.shape, o.dtype, o.name)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype, self.name))
+
+    def __repr__(self):
+        return f"TensorSpec({list(self.shape) if self.shape is not None else None}, {self.dtype!r})"
+
+
+class Builder:
+    """Builds one Graph: unique names, current control context, device scope, effect order."""
+
+    def __init__(self, name="graph"):
+        self.graph = Graph(name)
+        self.ctx = None
+        self.devices = []
+        self.counters = {}
+        self.last_effect = {}     # control context -> name of its last side-effect node
+        self.effect_count = 0
+        self.variables = {}
+
+    def unique(self, base):
+        base = base.replace(":", "_").replace("^", "_") or "node"
+        n = self.counters.get(base, 0)
+        while True:
+            name = base if n == 0 else f"{base}_{n}"
+            n += 1
+            if name not in self.graph.nodes:
+                self.counters[base] = n
+                return name
+
+    def make(self, op, inputs=(), attrs=None, name=None, control=(), ctx="current", out_ctx="same",
+             raw=False):
+        """Add a node; capture its inputs into the current context; return its output Tensors.
+
+        ctx: the control context the node is built in (default: the current one);
+        out_ctx: the context its outputs belong to (differs for Enter/Exit/Switch).
+        """
+        ctx = self.ctx if ctx == "current" else ctx
+        out_ctx = ctx if out_ctx == "same" else out_ctx
+        opdef = opreg.get(op)
+        loc = user_location()
+        ins = []
+        for t in inputs:
+            t = convert(t)
+            if t.builder is not self:
+                raise DfcError("a tensor from another graph was used", loc=loc)
+            ins.append(t if raw else capture(t, ctx, self, loc))
+        try:
+            attrs = opreg.canonical_attrs(op, attrs or {})
+            opdef.check_arity(len(ins))
+            types = opdef.infer(attrs, [t.ttype for t in ins])
+        except DfcError as e:
+            raise type(e)(e.message, loc=loc) from None
+        refs = [t.ref for t in ins]
+        ctrl = [c for c in control]
+        if ctx is not None and not ins and not ctrl:
+            ctrl.append(ctx.pivot_name())
+        if op in EFFECT_OPS:
+            prev = self.last_effect.get(ctx)
+            if prev is None and ctx is not None:
+                prev = ctx.effect_entry()
+            if prev is not None:
+                ctrl.append(prev)
+        refs += ["^" + c for c in dict.fromkeys(ctrl)]
+        node = Node(name or self.unique(op.lower() if name is None else name), op, refs, attrs,
+                    self.devices[-1] if self.devices else None, loc)
+        self.graph.add_node(node)
+        if op in EFFECT_OPS:
+            self.last_effect[ctx] = node.name
+            self.effect_count += 1
+        return [Tensor(self, node.name, i, tt, out_ctx) for i, tt in enumerate(types)]
+
+    def make1(self, op, inputs=(), attrs=None, **kw):
+        return self.make(op, inputs, attrs, **kw)[0]
+
+
+def capture(t, ctx, builder, loc=None):
+    """Route tensor t into context ctx (through one Switch/Enter per context crossed)."""
+    if t.ctx is ctx:
+        return t
+    chain, c = [], ctx
+    while c is not None and c is not t.ctx:
+        chain.append(c)
+        c = c.outer
+    if c is not t.ctx:
+        where = t.ctx.describe() if t.ctx is not None else "the top level"
+        raise DfcError(f"tensor {t.ref} was created inside {where} and cannot be used outside it "
+                       f"(return it from the branch or loop body instead)", loc=loc)
+    for c in reversed(chain):
+        t = c.capture(t)
+    return t
+
+
+def current_builder(required=True):
+    stack = getattr(_local, "stack", None)
+    if not stack:
+        if required:
+            raise DfcError("no graph is being built: call dfc ops inside dfc.trace or a dfc.function")
+        return None
+    return stack[-1]
+
+
+class building:
+    """Context manager that makes `builder` the current one."""
+
+    def __init__(self, builder):
+        self.builder = builder
+
+    def __enter__(self):
+        if not hasattr(_local, "stack"):
+            _local.stack = []
+        _local.stack.append(self.builder)
+        return self.builder
+
+    def __exit__(self, *exc):
+        _local.stack.pop()
+
+
+class Tensor:
+    """A symbolic tensor: output `port` of node `node` in the graph being built."""
+
+    __slots__ = ("builder", "node", "port", "ttype", "ctx")
+    __array_priority__ = 1000
+
+    def __init__(self, builder, node, port, ttype, ctx):
+        self.builder, self.node, self.port, self.ttype, self.ctx = builder, node, port, ttype, ctx
+
+    @property
+    def ref(self):
+        return f"{self.node}:{self.port}"
+
+    name = ref
+
+    @property
+    def dtype(self):
+        return self.ttype.dtype
+
+    @property
+    def shape(self):
+        return self.ttype.shape
+
+    @property
+    def ndim(self):
+        return self.ttype.rank
+
+    def __repr__(self):
+        return f"<dfc.Tensor {self.ref} {self.ttype!r}>"
+
+    def __bool__(self):
+        raise DfcTypeError(f"the truth value of symbolic tensor {self.ref} is not known while tracing: use "
+                           f"dfc.function (which converts `if`/`while` on tensors) or dfc.cond / dfc.while_loop",
+                           loc=user_location())
+
+    def __index__(self):
+        raise DfcTypeError(f"symbolic tensor {self.ref} cannot be used as a Python integer while tracing",
+                           loc=user_location())
+
+    def __len__(self):
+        if self.shape is None or not self.shape or self.shape[0] is None:
+            raise DfcTypeError(f"len() of tensor {self.ref} with unknown first dimension: use dfc.shape(t)[0]",
+                               loc=user_location())
+        return self.shape[0]
+
+    def __iter__(self):
+        n = len(self)
+        return (self[i] for i in range(n))
+
+    def __hash__(self):
+        return id(self)
+
+    # operators are attached by dfc.compiler.ops_api
+
+
+def convert(x, dtype=None, name=None):
+    """A Tensor for x: Tensors pass through (cast if dtype given); Python/numpy values become Const."""
+    if isinstance(x, Tensor):
+        if dtype is not None and dt.as_dtype(dtype) != x.dtype:
+            from dfc.compiler.ops_api import cast
+            return cast(x, dtype)
+        return x
+    if hasattr(x, "_dfc_tensor"):
+        return x._dfc_tensor()
+    b = current_builder()
+    if isinstance(x, (list, tuple)) and any(isinstance(v, Tensor) for v in nest.flatten(x)):
+        from dfc.compiler.ops_api import stack
+        return stack([convert(v, dtype) for v in x])
+    return b.make1("Const", (), {"value": const_array(x, dtype)}, name=b.unique(name or "const"))
+
+
+def const_array(x, dtype=None):
+    if dtype is not None:
+        dtype = dt.as_dtype(dtype)
+        if isinstance(x, np.ndarray) and x.dtype.kind == "f" and np.dtype(dtype).kind in "iub" and x.size:
+            raise DfcTypeError(f"cannot use float data as {dtype}")
+        return np.asarray(x, dtype=dtype)
+    if isinstance(x, (np.ndarray, np.generic)):
+        pass
+    elif isinstance(x, bool):
+        return np.asarray(x)
+    if isinstance(x, int):
+        return np.asarray(x, np.int64)
+    if isinstance(x, float):
+        return np.asarray(x, np.float32)
+    try:
+        a = np.asarray(x)
+    except Exception as e:   # noqa: BLE001
+        raise DfcTypeError(f"cannot convert {type(x).__name__} to a tensor: {e}") from None
+    if a.dtype.kind == "f" and a.dtype.name not in dt.ALL:
+        a = a.astype(np.float32)
+    elif a.dtype == np.float64 and not isinstance(x, np.ndarray) and not isinstance(x, np.generic):
+        a = a.astype(np.float32)     # Python floats in a list: weak float -> float32
+    elif a.dtype.kind in "iu" and a.dtype.name not in dt.ALL:
+        a = a.astype(np.int64)
+    if a.dtype.name not in dt.ALL:
+        raise DfcTypeError(f"cannot convert {type(x).__name__} of dtype {a.dtype} to a tensor")
+    return a
+
+
+def is_weak(x):
+    """Python scalars are weakly typed: they take the dtype of what they meet."""
+    return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
+
+
+def trace(fn, args=(), kwargs=None, name=None):
+    """Build a Graph by calling fn with symbolic placeholders for TensorSpec arguments."""
+    kwargs = dict(kwargs or {})
+    gname = name or getattr(fn, "__name__", "graph")
+    b = Builder(gname)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    with building(b):
+        inputs = []
+
+        def placeholder(spec, pname):
+            node = b.unique(pname)
+            t = b.make1("Placeholder", (), {"dtype": spec.dtype,
+                                             "shape": None if spec.shape is None else list(spec.shape)},
+                        name=node)
+            inputs.append({"name": pname, "node": node, "dtype": spec.dtype,
+                           "shape": None if spec.shape is None else list(spec.shape)})
+            return t
+
+        call_args = []
+        for k, a in enumerate(args):
+            pname = _param_name(params, k)
+            call_args.append(_specs_to_tensors(a, pname, placeholder))
+        call_kwargs = {k: _specs_to_tensors(v, k, placeholder) for k, v in kwargs.items()}
+        result = fn(*call_args, **call_kwargs)
+        finish(b, result, inputs)
+    return b.graph
+
+
+def _param_name(params, k):
+    if k < len(params) and params[k].kind in (params[k].POSITIONAL_ONLY, params[k].POSITIONAL_OR_KEYWORD):
+        return params[k].name
+    if params and params[-1].kind == params[-1].VAR_POSITIONAL or any(p.kind == p.VAR_POSITIONAL
+                                                                         for p in params):
+        return f"arg{k}"
+    return f"arg{k}"
+
+
+def _specs_to_tensors(a, pname, placeholder):
+    if isinstance(a, TensorSpec):
+        return placeholder(a, a.name or pname)
+    if isinstance(a, (tuple, list, dict)) and any(isinstance(x, TensorSpec) for x in nest.flatten(a)):
+        flat = nest.flatten(a)
+        out = [placeholder(x, x.name or f"{pname}_{i}") if isinstance(x, TensorSpec) else x
+               for i, x in enumerate(flat)]
+        return nest.pack_sequence_as(a, out)
+    return a
+
+
+def finish(b, result, inputs):
+    """Record the signature: inputs, output structure (Python values become constants), targets."""
+    b.graph.signature["inputs"] = inputs
+    b.graph.signature["outputs"] = _structure(b, result)
+    last = b.last_effect.get(None)
+    b.graph.signature["targets"] = [last] if last else []
+    b.graph.verify()
+
+
+def _structure(b, r):
+    if r is None:
+        return {"none": True}
+    if isinstance(r, tuple) and not hasattr(r, "_fields"):
+        return {"tuple": [_structure(b, x) for x in r]}
+    if isinstance(r, tuple):
+        return {"tuple": [_structure(b, x) for x in r]}
+    if isinstance(r, list):
+        return {"list": [_structure(b, x) for x in r]}
+    if isinstance(r, dict):
+        for k in r:
+            if not isinstance(k, str):
+                raise DfcInputError(f"returned dict keys must be strings, got {k!r}")
+        return {"dict": [[k, _structure(b, v)] for k, v in r.items()]}
+    t = convert(r)
+    if t.ctx is not None:
+        raise DfcError(f"returned tensor {t.ref} was created inside {t.ctx.describe()}")
+    return {"ref": t.ref}
+
+from dfc.compiler import ops_api as _ops_api  # noqa: E402,F401  (attaches Tensor operators)

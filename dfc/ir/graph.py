@@ -1,0 +1,260 @@
+"""Graph and Node: the data model shared by the compiler and the runtime.
+
+A node's inputs are tensor references "node:port" (":0" may be omitted) and
+control inputs "^node". Node names are unique; the graph keeps nodes in
+creation order, which is also the order of the JSON file.
+"""
+from dfc.errors import DfcGraphError, DfcTypeError
+from dfc.ir import ops as opreg
+from dfc.ir.dtypes import TType
+
+ROOT_FRAME = ""
+
+
+def parse_input(ref):
+    """'a:1' -> ('a', 1, False); 'a' -> ('a', 0, False); '^a' -> ('a', -1, True)."""
+    if ref.startswith("^"):
+        return ref[1:], -1, True
+    name, sep, port = ref.rpartition(":")
+    if not sep:
+        return ref, 0, False
+    try:
+        return name, int(port), False
+    except ValueError:
+        return ref, 0, False
+
+
+class Node:
+    __slots__ = ("name", "op", "inputs", "attrs", "device", "loc")
+
+    def __init__(self, name, op, inputs=(), attrs=None, device=None, loc=None):
+        self.name, self.op, self.inputs = name, op, list(inputs)
+        self.attrs = dict(attrs or {})
+        self.device, self.loc = device, loc
+
+    @property
+    def data_inputs(self):
+        return [i for i in self.inputs if not i.startswith("^")]
+
+    @property
+    def control_inputs(self):
+        return [i[1:] for i in self.inputs if i.startswith("^")]
+
+    def __repr__(self):
+        return f"Node({self.name}={self.op}({', '.join(self.inputs)}))"
+
+
+class Graph:
+    """A dataflow graph with a signature (its named inputs and output structure).
+
+    signature = {"name": str, "inputs": [{"name", "node", "dtype", "shape"}],
+                 "outputs": structure of {"ref": "node:port"} leaves,
+                 "targets": [node names that run on every call]}
+    """
+
+    def __init__(self, name="graph"):
+        self.nodes = {}
+        self.signature = {"name": name, "inputs": [], "outputs": None, "targets": []}
+        self._session = None
+        self._types = None
+
+    # ------------------------------------------------------------ building
+    def add_node(self, node):
+        if node.name in self.nodes:
+            raise DfcGraphError(f"duplicate node name {node.name!r}", node=node.name)
+        self.nodes[node.name] = node
+        self._types = None
+        return node
+
+    def remove_nodes_after(self, count):
+        """Drop every node created after the first `count` (rollback of a retrace)."""
+        for name in list(self.nodes)[count:]:
+            del self.nodes[name]
+        self._types = None
+
+    def node(self, name):
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise DfcGraphError(f"no node named {name!r}") from None
+
+    def num_nodes(self):
+        return len(self.nodes)
+
+    def count_ops(self):
+        out = {}
+        for n in self.nodes.values():
+            out[n.op] = out.get(n.op, 0) + 1
+        return out
+
+    def summary(self):
+        counts = self.count_ops()
+        conds = len({n.attrs.get("cond") for n in self.nodes.values() if n.op == "Merge" and "cond" in n.attrs})
+        loops = len({n.attrs["frame_name"] for n in self.nodes.values() if n.op == "Enter"})
+        return {"nodes": len(self.nodes), "conds": conds, "loops": loops,
+                "switches": counts.get("Switch", 0), "merges": counts.get("Merge", 0)}
+
+    # ------------------------------------------------------------ analysis
+    def consumers(self):
+        """name -> list of (consumer name, input index or -1 for control)."""
+        out = {name: [] for name in self.nodes}
+        for n in self.nodes.values():
+            for k, ref in enumerate(n.inputs):
+                src, port, ctrl = parse_input(ref)
+                if src in out:
+                    out[src].append((n.name, -1 if ctrl else k))
+        return out
+
+    def topo_order(self):
+        """Nodes in an order where every input comes first, ignoring NextIteration back edges.
+
+        A cycle that does not pass through NextIteration is a DfcGraphError.
+        """
+        indeg, users = {}, {name: [] for name in self.nodes}
+        for n in self.nodes.values():
+            cnt = 0
+            for ref in n.inputs:
+                src, _, _ = parse_input(ref)
+                if src not in self.nodes:
+                    raise DfcGraphError(f"input {ref!r} names no node", node=n.name)
+                if self.nodes[src].op == "NextIteration":
+                    continue
+                users[src].append(n.name)
+                cnt += 1
+            indeg[n.name] = cnt
+        order = [name for name, d in indeg.items() if d == 0]
+        i = 0
+        while i < len(order):
+            for u in users[order[i]]:
+                indeg[u] -= 1
+                if indeg[u] == 0:
+                    order.append(u)
+            i += 1
+        if len(order) != len(self.nodes):
+            stuck = sorted(name for name, d in indeg.items() if d > 0)
+            raise DfcGraphError(f"cycle that does not pass through NextIteration among {stuck[:8]}",
+                                node=stuck[0])
+        return [self.nodes[name] for name in order]
+
+    def frames(self):
+        """(node name -> frame name, frame name -> parent frame name). The root frame is ''."""
+        frame_of, parent = {}, {ROOT_FRAME: None}
+        for n in self.topo_order():
+            srcs = [parse_input(r)[0] for r in n.inputs]
+            srcs = [s for s in srcs if self.nodes[s].op != "NextIteration" or s in frame_of]
+            in_frames = {self._out_frame(s, frame_of, parent) for s in srcs}
+            if len(in_frames) > 1:
+                raise DfcGraphError(f"inputs come from different frames {sorted(in_frames)}", node=n.name)
+            f = in_frames.pop() if in_frames else ROOT_FRAME
+            if n.op == "Enter":
+                child = n.attrs.get("frame_name")
+                if not isinstance(child, str) or not child:
+                    raise DfcGraphError("Enter needs a frame_name", node=n.name)
+                if parent.setdefault(child, f) != f:
+                    raise DfcGraphError(f"frame {child!r} is entered from two frames", node=n.name)
+                f = child
+            frame_of[n.name] = f
+        for n in self.nodes.values():
+            if n.op == "NextIteration":
+                for ref in n.inputs:
+                    if self._out_frame(parse_input(ref)[0], frame_of, parent) != frame_of[n.name]:
+                        raise DfcGraphError("NextIteration input from another frame", node=n.name)
+        return frame_of, parent
+
+    def _out_frame(self, src, frame_of, parent):
+        """The frame in which node `src`'s outputs live."""
+        f = frame_of[src]
+        if self.nodes[src].op == "Exit":
+            if parent.get(f) is None:
+                raise DfcGraphError("Exit outside any loop frame", node=src)
+            return parent[f]
+        return f
+
+    def infer_types(self):
+        """name -> list of output TTypes, checking every node's dtype/shape rule."""
+        if self._types is not None:
+            return self._types
+        types = {}
+        order = self.topo_order()
+        for n in order:
+            opdef = opreg.get(n.op)
+            ins = []
+            for ref in n.data_inputs:
+                src, port, _ = parse_input(ref)
+                if src not in types:      # a back edge from a NextIteration not typed yet
+                    continue
+                if port >= len(types[src]):
+                    raise DfcGraphError(f"input {ref!r}: {self.nodes[src].op} has {len(types[src])} outputs",
+                                        node=n.name)
+                ins.append(types[src][port])
+            try:
+                out = opdef.infer(n.attrs, ins)
+            except DfcTypeError as e:
+                raise DfcTypeError(e.message, node=n.name, loc=n.loc) from None
+            except (KeyError, TypeError, ValueError, IndexError) as e:
+                raise DfcGraphError(f"bad attrs or inputs for {n.op}: {e}", node=n.name, loc=n.loc) from None
+            types[n.name] = out
+        for n in self.nodes.values():
+            if n.op == "Merge":
+                dts = set()
+                for ref in n.data_inputs:
+                    src, port, _ = parse_input(ref)
+                    dts.add(types[src][port].dtype)
+                if len(dts) > 1:
+                    raise DfcTypeError(f"Merge inputs have different dtypes {sorted(dts)}", node=n.name,
+                                       loc=n.loc)
+        self._types = types
+        return types
+
+    def verify(self):
+        """Check the graph is well formed; raise DfcGraphError naming the bad node."""
+        for name, n in self.nodes.items():
+            if not name or ":" in name or name.startswith("^"):
+                raise DfcGraphError(f"bad node name {name!r}", node=name)
+            opdef = opreg.get(n.op) if n.op in opreg.REGISTRY else None
+            if opdef is None:
+                raise DfcGraphError(f"unknown op {n.op!r}", node=name)
+            seen_ctrl = False
+            for ref in n.inputs:
+                src, port, ctrl = parse_input(ref)
+                if src not in self.nodes:
+                    raise DfcGraphError(f"input {ref!r} names no node", node=name)
+                if ctrl:
+                    seen_ctrl = True
+                elif seen_ctrl:
+                    raise DfcGraphError("data inputs must come before control inputs", node=name)
+            try:
+                opdef.check_arity(len(n.data_inputs))
+            except DfcGraphError as e:
+                raise DfcGraphError(e.message, node=name) from None
+            if n.op == "Merge" and n.control_inputs:
+                raise DfcGraphError("Merge takes no control inputs", node=name)
+        frame_of, parent = self.frames()
+        for n in self.nodes.values():
+            if n.op == "Merge" and frame_of[n.name] != ROOT_FRAME:
+                srcs = [self.nodes[parse_input(r)[0]].op for r in n.inputs]
+                if "Enter" in srcs and "NextIteration" not in srcs:
+                    raise DfcGraphError("loop Merge has no NextIteration input", node=n.name)
+            if n.op == "NextIteration":
+                users = [u for u, _ in self.consumers()[n.name]]
+                if not users or any(self.nodes[u].op != "Merge" for u in users):
+                    raise DfcGraphError("NextIteration must feed a Merge", node=n.name)
+            if frame_of[n.name] != ROOT_FRAME and not n.inputs:
+                raise DfcGraphError("a node inside a loop frame needs an input (add a control input)",
+                                    node=n.name)
+        self.infer_types()
+        return self
+
+    # ------------------------------------------------------------ printing and running
+    def text(self):
+        from dfc.ir.printer import graph_text
+        return graph_text(self)
+
+    def __call__(self, *args, **kwargs):
+        if self._session is None:
+            from dfc.runtime.session import Session
+            self._session = Session(self)
+        return self._session.call(*args, **kwargs)
+
+    def __repr__(self):
+        return f"<dfc.Graph {self.signature.get('name')!r} with {len(self.nodes)} nodes>"

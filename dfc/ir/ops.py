@@ -1,0 +1,666 @@
+"""The one op registry: every op's inputs, outputs, attrs and dtype/shape rule.
+
+The runtime's kernel table (dfc/runtime/kernels) and the compiler's gradient
+table (dfc/compiler/autodiff) are keyed by the same names; tests check that
+every op here has a kernel and a gradient rule (or is declared not
+differentiable).
+"""
+import numpy as np
+
+from dfc.errors import DfcTypeError, DfcGraphError
+from dfc.ir import dtypes as dt
+from dfc.ir.dtypes import TType
+
+REQUIRED = object()
+ATTR_KINDS = ("int", "float", "str", "bool", "dtype", "shape", "ints", "axis", "tensor", "json", "strs")
+
+
+class OpDef:
+    """An op's contract.
+
+    inputs: input names; a last name starting with "*" takes any number.
+    outputs: number of outputs, or fn(attrs, n_inputs) -> int.
+    attrs: name -> (kind, default); default REQUIRED means it must be given.
+    infer: fn(attrs, in_types) -> list of TType.
+    kind: "normal" or the control-flow primitive it is ("switch", "merge", ...).
+    stateful: has side effects or reads state (never pruned by CSE, ordered).
+    heavy: its kernel may be worth running on the thread pool.
+    """
+
+    __slots__ = ("name", "inputs", "outputs", "attrs", "infer", "kind", "stateful", "heavy")
+
+    def __init__(self, name, inputs, outputs, attrs, infer, kind="normal", stateful=False, heavy=False):
+        self.name, self.inputs, self.outputs, self.attrs = name, tuple(inputs), outputs, attrs
+        self.infer, self.kind, self.stateful, self.heavy = infer, kind, stateful, heavy
+
+    @property
+    def variadic(self):
+        return bool(self.inputs) and self.inputs[-1].startswith("*")
+
+    def num_outputs(self, attrs, n_inputs):
+        return self.outputs(attrs, n_inputs) if callable(self.outputs) else self.outputs
+
+    def check_arity(self, n):
+        fixed = len(self.inputs) - (1 if self.variadic else 0)
+        if n < fixed or (not self.variadic and n != fixed):
+            want = f"at least {fixed}" if self.variadic else str(fixed)
+            raise DfcGraphError(f"{self.name} takes {want} inputs, got {n}")
+
+
+REGISTRY = {}
+
+
+def register(name, inputs, outputs, attrs, infer, **kw):
+    REGISTRY[name] = OpDef(name, inputs, outputs, attrs or {}, infer, **kw)
+
+
+def get(name):
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise DfcGraphError(f"unknown op {name!r}") from None
+
+
+# ---------------------------------------------------------------- shape helpers
+
+def broadcast_shapes(*shapes):
+    if any(s is None for s in shapes):
+        return None
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        known = {d for d in dims if d is not None and d != 1}
+        if len(known) > 1:
+            raise DfcTypeError(f"shapes {' and '.join(dt.format_shape(s) for s in shapes)} do not broadcast")
+        if known:
+            out.append(known.pop())
+        elif any(d is None for d in dims):
+            out.append(None)
+        else:
+            out.append(1)
+    return tuple(out)
+
+
+def _norm_axes(axis, rank):
+    if axis is None:
+        return None if rank is None else tuple(range(rank))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    if rank is None:
+        return axes
+    out = []
+    for a in axes:
+        if not -rank <= a < max(rank, 1):
+            raise DfcTypeError(f"axis {a} out of range for rank {rank}")
+        out.append(a % rank if rank else 0)
+    return tuple(out)
+
+
+def reduce_shape(shape, axis, keepdims):
+    if shape is None:
+        return None
+    axes = _norm_axes(axis, len(shape))
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _same_dtype(op, ins):
+    dts = {t.dtype for t in ins}
+    if len(dts) > 1:
+        raise DfcTypeError(f"{op} needs inputs of one dtype, got {', '.join(t.dtype for t in ins)}")
+    return ins[0].dtype
+
+
+def _require(op, t, allowed, what="input"):
+    if t.dtype not in allowed:
+        raise DfcTypeError(f"{op} {what} must be {'/'.join(allowed)}, got {t.dtype}")
+
+
+def _shape_value(t):
+    """Static value of a shape-like tensor input (list of ints, -1 allowed) or None."""
+    if t.value is None:
+        return None
+    return [int(v) for v in np.asarray(t.value).reshape(-1)]
+
+
+# ---------------------------------------------------------------- elementwise
+
+def _binary(name, result=None, allowed=dt.ALL):
+    def infer(attrs, ins):
+        d = _same_dtype(name, ins)
+        if d not in allowed:
+            raise DfcTypeError(f"{name} does not take {d}")
+        return [TType(result or d, broadcast_shapes(ins[0].shape, ins[1].shape))]
+    register(name, ("x", "y"), 1, {}, infer, heavy=True)
+
+
+for _n in ("Add", "Sub", "Mul", "Maximum", "Minimum"):
+    _binary(_n, allowed=dt.NUMERIC)
+_binary("Div", allowed=dt.FLOATS)
+for _n in ("FloorDiv", "Mod", "Pow"):
+    _binary(_n, allowed=dt.NUMERIC)
+for _n in ("Less", "LessEqual", "Greater", "GreaterEqual"):
+    _binary(_n, "bool", allowed=dt.NUMERIC)
+for _n in ("Equal", "NotEqual"):
+    _binary(_n, "bool")
+for _n in ("LogicalAnd", "LogicalOr"):
+    _binary(_n, allowed=("bool",))
+
+
+def _unary(name, allowed=dt.NUMERIC, result=None):
+    def infer(attrs, ins):
+        _require(name, ins[0], allowed)
+        return [TType(result or ins[0].dtype, ins[0].shape)]
+    register(name, ("x",), 1, {}, infer, heavy=True)
+
+
+for _n in ("Neg", "Abs", "Sign", "Square", "Relu"):
+    _unary(_n)
+for _n in ("Sqrt", "Rsqrt", "Exp", "Log", "Log1p", "Sin", "Cos", "Tanh", "Sigmoid", "Floor", "Ceil", "Round",
+           "Reciprocal"):
+    _unary(_n, allowed=dt.FLOATS)
+_unary("LogicalNot", allowed=("bool",))
+_unary("IsFinite", allowed=dt.FLOATS, result="bool")
+
+
+def _identity_infer(attrs, ins):
+    return [TType(ins[0].dtype, ins[0].shape, ins[0].value)]
+
+
+register("Identity", ("x",), 1, {}, _identity_infer)
+register("StopGradient", ("x",), 1, {}, _identity_infer)
+register("Cast", ("x",), 1, {"dtype": ("dtype", REQUIRED)},
+         lambda a, ins: [TType(a["dtype"], ins[0].shape)], heavy=True)
+
+
+def _where_infer(attrs, ins):
+    _require("Where", ins[0], ("bool",), "condition")
+    d = _same_dtype("Where", ins[1:])
+    return [TType(d, broadcast_shapes(*(t.shape for t in ins)))]
+
+
+register("Where", ("cond", "x", "y"), 1, {}, _where_infer, heavy=True)
+
+# ---------------------------------------------------------------- sources
+
+
+def _const_infer(attrs, ins):
+    v = attrs["value"]
+    return [TType(dt.as_dtype(v.dtype), v.shape, v)]
+
+
+register("Const", (), 1, {"value": ("tensor", REQUIRED)}, _const_infer)
+register("Placeholder", (), 1, {"dtype": ("dtype", REQUIRED), "shape": ("shape", None)},
+         lambda a, ins: [TType(a["dtype"], a["shape"])])
+
+
+def _fill_shape(t):
+    v = _shape_value(t)
+    if v is not None:
+        return tuple(v)
+    if t.shape is not None and len(t.shape) == 1 and t.shape[0] is not None:
+        return (None,) * t.shape[0]
+    return None
+
+
+def _fill_infer(attrs, ins):
+    _require("Fill", ins[0], dt.INTS, "shape")
+    return [TType(ins[1].dtype, _fill_shape(ins[0]))]
+
+
+register("Fill", ("shape", "value"), 1, {}, _fill_infer, heavy=True)
+register("ZerosLike", ("x",), 1, {}, lambda a, ins: [TType(ins[0].dtype, ins[0].shape)])
+register("OnesLike", ("x",), 1, {}, lambda a, ins: [TType(ins[0].dtype, ins[0].shape)])
+
+
+def _range_infer(attrs, ins):
+    d = _same_dtype("Range", ins)
+    _require("Range", ins[0], dt.NUMERIC)
+    vals = [t.value for t in ins]
+    n = None
+    if all(v is not None for v in vals):
+        n = len(np.arange(*[v.item() for v in vals]))
+    return [TType(d, (n,))]
+
+
+register("Range", ("start", "limit", "delta"), 1, {}, _range_infer)
+
+
+def _random_infer(attrs, ins):
+    _require("random", ins[0], dt.INTS, "shape")
+    return [TType(attrs["dtype"], _fill_shape(ins[0]))]
+
+
+_RANDOM_ATTRS = {"dtype": ("dtype", "float32"), "seed": ("int", 0), "a": ("float", 0.0), "b": ("float", 1.0)}
+register("RandomUniform", ("shape",), 1, dict(_RANDOM_ATTRS), _random_infer, stateful=True)
+register("RandomNormal", ("shape",), 1, dict(_RANDOM_ATTRS), _random_infer, stateful=True)
+
+# ---------------------------------------------------------------- shapes
+
+
+register("Shape", ("x",), 1, {}, lambda a, ins: [TType(
+    "int64", (ins[0].rank,),
+    np.array(ins[0].shape, np.int64) if ins[0].shape is not None and None not in ins[0].shape else None)])
+register("Size", ("x",), 1, {}, lambda a, ins: [TType("int64", ())])
+register("Rank", ("x",), 1, {}, lambda a, ins: [TType(
+    "int64", (), None if ins[0].rank is None else np.array(ins[0].rank, np.int64))])
+
+
+def _reshape_infer(attrs, ins):
+    _require("Reshape", ins[1], dt.INTS, "shape")
+    target = _shape_value(ins[1])
+    if target is None:
+        return [TType(ins[0].dtype, _fill_shape(ins[1]))]
+    if target.count(-1) > 1:
+        raise DfcTypeError("Reshape: at most one -1 in the new shape")
+    src = ins[0].shape
+    known = src is not None and None not in src
+    total = int(np.prod(src)) if known else None
+    if -1 in target:
+        rest = int(np.prod([d for d in target if d != -1]))
+        if total is not None:
+            if rest == 0 or total % rest:
+                raise DfcTypeError(f"cannot reshape {dt.format_shape(src)} to {target}")
+            target = [total // rest if d == -1 else d for d in target]
+        else:
+            target = [None if d == -1 else d for d in target]
+    elif total is not None and int(np.prod(target)) != total:
+        raise DfcTypeError(f"cannot reshape {dt.format_shape(src)} to {target}")
+    return [TType(ins[0].dtype, target)]
+
+
+register("Reshape", ("x", "shape"), 1, {}, _reshape_infer)
+
+
+def _transpose_infer(attrs, ins):
+    s, perm = ins[0].shape, attrs["perm"]
+    if s is None:
+        return [TType(ins[0].dtype, None)]
+    if perm is None:
+        perm = list(reversed(range(len(s))))
+    if sorted(perm) != list(range(len(s))):
+        raise DfcTypeError(f"Transpose perm {perm} does not fit rank {len(s)}")
+    return [TType(ins[0].dtype, tuple(s[p] for p in perm))]
+
+
+register("Transpose", ("x",), 1, {"perm": ("ints", None)}, _transpose_infer, heavy=True)
+
+
+def _expand_infer(attrs, ins):
+    s = ins[0].shape
+    if s is None:
+        return [TType(ins[0].dtype, None)]
+    ax = attrs["axis"]
+    ax = ax % (len(s) + 1) if -len(s) - 1 <= ax <= len(s) else None
+    if ax is None:
+        raise DfcTypeError(f"ExpandDims axis {attrs['axis']} out of range for rank {len(s)}")
+    return [TType(ins[0].dtype, s[:ax] + (1,) + s[ax:])]
+
+
+register("ExpandDims", ("x",), 1, {"axis": ("int", REQUIRED)}, _expand_infer)
+
+
+def _squeeze_infer(attrs, ins):
+    s = ins[0].shape
+    if s is None:
+        return [TType(ins[0].dtype, None)]
+    axes = _norm_axes(attrs["axis"], len(s)) if attrs["axis"] is not None else \
+        tuple(i for i, d in enumerate(s) if d == 1)
+    for a in axes:
+        if s[a] not in (1, None):
+            raise DfcTypeError(f"Squeeze: dimension {a} has size {s[a]}, not 1")
+    return [TType(ins[0].dtype, tuple(d for i, d in enumerate(s) if i not in axes))]
+
+
+register("Squeeze", ("x",), 1, {"axis": ("axis", None)}, _squeeze_infer)
+
+
+def _concat_infer(attrs, ins):
+    d = _same_dtype("Concat", ins)
+    shapes = [t.shape for t in ins]
+    if any(s is None for s in shapes):
+        return [TType(d, None)]
+    r = len(shapes[0])
+    if any(len(s) != r for s in shapes) or r == 0:
+        raise DfcTypeError(f"Concat needs inputs of one rank >= 1, got {[dt.format_shape(s) for s in shapes]}")
+    ax = _norm_axes(attrs["axis"], r)[0]
+    out = []
+    for i in range(r):
+        dims = [s[i] for s in shapes]
+        if i == ax:
+            out.append(None if None in dims else sum(dims))
+        else:
+            known = {x for x in dims if x is not None}
+            if len(known) > 1:
+                raise DfcTypeError(f"Concat: dimension {i} differs: {dims}")
+            out.append(known.pop() if known else None)
+    return [TType(d, out)]
+
+
+register("Concat", ("*values",), 1, {"axis": ("int", 0)}, _concat_infer, heavy=True)
+
+
+def _stack_infer(attrs, ins):
+    d = _same_dtype("Stack", ins)
+    shape = ins[0].shape
+    for t in ins[1:]:
+        if not dt.shapes_compatible(shape, t.shape):
+            raise DfcTypeError(f"Stack needs inputs of one shape, got {[repr(t) for t in ins]}")
+        shape = shape if t.shape is None else t.shape if shape is None else \
+            tuple(a if a is not None else b for a, b in zip(shape, t.shape))
+    if shape is None:
+        return [TType(d, None)]
+    ax = attrs["axis"] % (len(shape) + 1)
+    return [TType(d, shape[:ax] + (len(ins),) + shape[ax:])]
+
+
+register("Stack", ("*values",), 1, {"axis": ("int", 0)}, _stack_infer, heavy=True)
+
+
+def _unstack_infer(attrs, ins):
+    s = ins[0].shape
+    if s is None:
+        return [TType(ins[0].dtype, None)] * attrs["num"]
+    ax = attrs["axis"] % len(s)
+    if s[ax] is not None and s[ax] != attrs["num"]:
+        raise DfcTypeError(f"Unstack of {attrs['num']} along a dimension of size {s[ax]}")
+    return [TType(ins[0].dtype, s[:ax] + s[ax + 1:])] * attrs["num"]
+
+
+register("Unstack", ("x",), lambda a, n: a["num"], {"num": ("int", REQUIRED), "axis": ("int", 0)}, _unstack_infer)
+
+
+def _broadcast_to_infer(attrs, ins):
+    return [TType(ins[0].dtype, _fill_shape(ins[1]))]
+
+
+register("BroadcastTo", ("x", "shape"), 1, {}, _broadcast_to_infer, heavy=True)
+# Sum a broadcast result back down to `shape` (the adjoint of broadcasting).
+register("SumToShape", ("x", "shape"), 1, {}, _broadcast_to_infer, heavy=True)
+
+# ---------------------------------------------------------------- indexing
+
+
+def getitem_shape(shape, spec, dyn):
+    """Static result shape of numpy basic/advanced indexing described by `spec`."""
+    if shape is None or any(s[0] in ("ellipsis", "tensor") for s in spec):
+        return None
+    out, i = [], 0
+    for item in spec:
+        kind = item[0]
+        if kind == "newaxis":
+            out.append(1)
+            continue
+        if i >= len(shape):
+            raise DfcTypeError(f"too many indices for a tensor of rank {len(shape)}")
+        n = shape[i]
+        if kind == "int":
+            k = item[1]
+            if isinstance(k, int) and n is not None and not -n <= k < n:
+                raise DfcTypeError(f"index {k} is out of range for dimension {i} of size {n}")
+        elif kind == "slice":
+            parts = item[1:]
+            if n is not None and all(isinstance(p, int) or p is None for p in parts):
+                out.append(len(range(*slice(*parts).indices(n))))
+            else:
+                out.append(None)
+        i += 1
+    return tuple(out) + tuple(shape[i:])
+
+
+def _getitem_infer(attrs, ins):
+    for t in ins[1:]:
+        _require("GetItem", t, dt.INTS, "index")
+    return [TType(ins[0].dtype, getitem_shape(ins[0].shape, attrs["spec"], ins[1:]))]
+
+
+# spec: list of ["int", k|{"t": i}], ["slice", a, b, c] (each int, None or {"t": i}),
+# ["newaxis"], ["ellipsis"], ["tensor", i]; {"t": i} / i name dynamic input i (0-based after x).
+register("GetItem", ("x", "*index"), 1, {"spec": ("json", REQUIRED)}, _getitem_infer)
+# The adjoint of GetItem: zeros of `shape` with `grad` added at the indexed positions.
+register("GetItemGrad", ("grad", "shape", "*index"), 1, {"spec": ("json", REQUIRED)},
+         lambda a, ins: [TType(ins[0].dtype, _fill_shape(ins[1]))], heavy=True)
+
+
+def _gather_infer(attrs, ins):
+    _require("Gather", ins[1], dt.INTS, "indices")
+    s, idx = ins[0].shape, ins[1].shape
+    if s is None or idx is None:
+        return [TType(ins[0].dtype, None)]
+    ax = _norm_axes(attrs["axis"], len(s))[0]
+    return [TType(ins[0].dtype, s[:ax] + idx + s[ax + 1:])]
+
+
+register("Gather", ("params", "indices"), 1, {"axis": ("int", 0)}, _gather_infer, heavy=True)
+# The adjoint of Gather: zeros of `shape` with updates added at `indices` along axis.
+register("ScatterAdd", ("shape", "indices", "updates"), 1, {"axis": ("int", 0)},
+         lambda a, ins: [TType(ins[2].dtype, _fill_shape(ins[0]))], heavy=True)
+
+
+def _onehot_infer(attrs, ins):
+    _require("OneHot", ins[0], dt.INTS, "indices")
+    s = ins[0].shape
+    return [TType(attrs["dtype"], None if s is None else s + (attrs["depth"],))]
+
+
+register("OneHot", ("indices",), 1, {"depth": ("int", REQUIRED), "dtype": ("dtype", "float32"),
+                                     "on": ("float", 1.0), "off": ("float", 0.0)}, _onehot_infer)
+
+# ---------------------------------------------------------------- reductions and nn
+
+
+def _reduce(name, allowed=dt.NUMERIC):
+    def infer(attrs, ins):
+        _require(name, ins[0], allowed)
+        return [TType(ins[0].dtype, reduce_shape(ins[0].shape, attrs["axis"], attrs["keepdims"]))]
+    register(name, ("x",), 1, {"axis": ("axis", None), "keepdims": ("bool", False)}, infer, heavy=True)
+
+
+for _n in ("Sum", "Max", "Min", "Prod"):
+    _reduce(_n)
+_reduce("Mean", dt.FLOATS)
+_reduce("All", ("bool",))
+_reduce("Any", ("bool",))
+
+
+def _arg_infer(attrs, ins):
+    _require("ArgMax", ins[0], dt.NUMERIC)
+    return [TType("int64", reduce_shape(ins[0].shape, attrs["axis"], False))]
+
+
+register("ArgMax", ("x",), 1, {"axis": ("int", -1)}, _arg_infer, heavy=True)
+register("ArgMin", ("x",), 1, {"axis": ("int", -1)}, _arg_infer, heavy=True)
+
+
+def _softmax_infer(attrs, ins):
+    _require("Softmax", ins[0], dt.FLOATS)
+    return [TType(ins[0].dtype, ins[0].shape)]
+
+
+register("Softmax", ("x",), 1, {"axis": ("int", -1)}, _softmax_infer, heavy=True)
+register("LogSoftmax", ("x",), 1, {"axis": ("int", -1)}, _softmax_infer, heavy=True)
+
+
+def _matmul_infer(attrs, ins):
+    d = _same_dtype("MatMul", ins)
+    _require("MatMul", ins[0], dt.NUMERIC)
+    a, b = ins[0].shape, ins[1].shape
+    if a is None or b is None:
+        return [TType(d, None)]
+    if len(a) < 2 or len(b) < 2:
+        raise DfcTypeError(f"MatMul needs rank >= 2, got {dt.format_shape(a)} and {dt.format_shape(b)}")
+    if attrs["transpose_a"]:
+        a = a[:-2] + (a[-1], a[-2])
+    if attrs["transpose_b"]:
+        b = b[:-2] + (b[-1], b[-2])
+    if a[-1] is not None and b[-2] is not None and a[-1] != b[-2]:
+        raise DfcTypeError(f"MatMul shapes {dt.format_shape(a)} and {dt.format_shape(b)} do not fit "
+                           f"({a[-1]} != {b[-2]})")
+    batch = broadcast_shapes(a[:-2], b[:-2])
+    return [TType(d, batch + (a[-2], b[-1]))]
+
+
+register("MatMul", ("a", "b"), 1, {"transpose_a": ("bool", False), "transpose_b": ("bool", False)},
+         _matmul_infer, heavy=True)
+
+# ---------------------------------------------------------------- control flow (§4.1)
+
+
+def _switch_infer(attrs, ins):
+    _require("Switch", ins[1], ("bool",), "predicate")
+    if ins[1].shape not in (None, ()):
+        raise DfcTypeError(f"Switch predicate must be a scalar, got shape {dt.format_shape(ins[1].shape)}")
+    return [TType(ins[0].dtype, ins[0].shape)] * 2
+
+
+def _merge_infer(attrs, ins):
+    d = _same_dtype("Merge", ins)
+    shape = ins[0].shape
+    for t in ins[1:]:
+        shape = dt.join_shapes(shape, t.shape)
+    return [TType(d, shape), TType("int32", ())]
+
+
+def _loopcond_infer(attrs, ins):
+    _require("LoopCond", ins[0], ("bool",), "predicate")
+    return [TType("bool", ())]
+
+
+register("Switch", ("data", "pred"), 2, {}, _switch_infer, kind="switch")
+register("Merge", ("*inputs",), 2, {}, _merge_infer, kind="merge")
+register("Enter", ("x",), 1, {"frame_name": ("str", REQUIRED), "is_constant": ("bool", False),
+                               "parallel_iterations": ("int", 32)}, _identity_infer, kind="enter")
+register("Exit", ("x",), 1, {}, _identity_infer, kind="exit")
+register("NextIteration", ("x",), 1, {}, _identity_infer, kind="next_iteration")
+register("LoopCond", ("pred",), 1, {}, _loopcond_infer)
+register("NoOp", (), 0, {}, lambda a, ins: [])
+
+# ---------------------------------------------------------------- side effects and state
+
+
+def _print_infer(attrs, ins):
+    return []
+
+
+# template: the strings printed between the inputs (len(inputs) + 1 pieces).
+register("Print", ("*values",), 0, {"template": ("strs", REQUIRED)}, _print_infer, stateful=True)
+register("Assert", ("cond", "*data"), 0, {"message": ("str", "")},
+         lambda a, ins: _require("Assert", ins[0], ("bool",), "condition") or [], stateful=True)
+
+_H = TType(dt.HANDLE, ())
+register("VarHandle", ("init",), 1, {"shared_name": ("str", REQUIRED)}, lambda a, ins: [_H], stateful=True)
+
+
+def _read_infer(attrs, ins):
+    return [TType(attrs["dtype"], attrs["shape"])]
+
+
+register("ReadVariable", ("handle",), 1, {"dtype": ("dtype", REQUIRED), "shape": ("shape", None)},
+         _read_infer, stateful=True)
+for _n in ("Assign", "AssignAdd", "AssignSub"):
+    register(_n, ("handle", "value"), 1, {}, lambda a, ins: [TType(ins[1].dtype, ins[1].shape)], stateful=True)
+
+# Stacks hold the forward values a gradient loop needs (§5.1).
+register("StackV2", (), 1, {"elem_dtype": ("dtype", REQUIRED), "swap_memory": ("bool", False)},
+         lambda a, ins: [_H], stateful=True)
+register("StackPush", ("handle", "elem"), 1, {}, lambda a, ins: [TType(ins[1].dtype, ins[1].shape)], stateful=True)
+register("StackPop", ("handle",), 1, {"elem_dtype": ("dtype", REQUIRED), "shape": ("shape", None)},
+         lambda a, ins: [TType(a["elem_dtype"], a["shape"])], stateful=True)
+
+# TensorArrays (functional: every write returns a new flow value that orders later ops).
+_FLOW = TType("float32", ())
+_TA_ATTRS = {"dtype": ("dtype", REQUIRED), "element_shape": ("shape", None)}
+register("TensorArray", ("size",), 2, {"dtype": ("dtype", REQUIRED), "dynamic_size": ("bool", True),
+                                       "element_shape": ("shape", None), "accumulate": ("bool", False)},
+         lambda a, ins: [_H, _FLOW], stateful=True)
+register("TensorArrayWrite", ("handle", "index", "value", "flow"), 1, {}, lambda a, ins: [_FLOW], stateful=True)
+register("TensorArrayRead", ("handle", "index", "flow"), 1, dict(_TA_ATTRS),
+         lambda a, ins: [TType(a["dtype"], a["element_shape"])], stateful=True)
+register("TensorArraySize", ("handle", "flow"), 1, {}, lambda a, ins: [TType("int64", ())], stateful=True)
+
+
+def _ta_stacked(a, ins):
+    es = a["element_shape"]
+    return [TType(a["dtype"], None if es is None else (None,) + tuple(es))]
+
+
+register("TensorArrayStack", ("handle", "flow"), 1, dict(_TA_ATTRS), _ta_stacked, stateful=True)
+register("TensorArrayGather", ("handle", "indices", "flow"), 1, dict(_TA_ATTRS), _ta_stacked, stateful=True)
+register("TensorArrayConcat", ("handle", "flow"), 1, dict(_TA_ATTRS),
+         lambda a, ins: [TType(a["dtype"], None if a["element_shape"] is None else
+                               (None,) + tuple(a["element_shape"])[1:])], stateful=True)
+register("TensorArrayUnstack", ("handle", "value", "flow"), 1, {}, lambda a, ins: [_FLOW], stateful=True)
+register("TensorArrayScatter", ("handle", "indices", "value", "flow"), 1, {}, lambda a, ins: [_FLOW],
+         stateful=True)
+
+# Checkpoints (course note: Save ops read variables and write a file).
+register("Save", ("*values",), 0, {"path": ("str", REQUIRED), "names": ("strs", REQUIRED)},
+         lambda a, ins: [], stateful=True)
+register("Restore", (), 1, {"path": ("str", REQUIRED), "name": ("str", REQUIRED),
+                            "dtype": ("dtype", REQUIRED), "shape": ("shape", None)},
+         lambda a, ins: [TType(a["dtype"], a["shape"])], stateful=True)
+
+CONTROL_KINDS = ("switch", "merge", "enter", "exit", "next_iteration")
+
+
+def canonical_attrs(op, attrs, node=None):
+    """Check attrs against the op's declaration and fill defaults (sorted keys)."""
+    opdef = get(op)
+    out = {}
+    for k in attrs:
+        if k not in opdef.attrs:
+            raise DfcGraphError(f"{op} has no attr {k!r}", node=node)
+    for k, (kind, default) in opdef.attrs.items():
+        if k in attrs:
+            out[k] = check_attr(kind, attrs[k], f"{op} attr {k!r}", node)
+        elif default is REQUIRED:
+            raise DfcGraphError(f"{op} needs attr {k!r}", node=node)
+        else:
+            out[k] = default
+    return dict(sorted(out.items()))
+
+
+def check_attr(kind, v, what, node):
+    def bad():
+        return DfcGraphError(f"{what}: bad {kind} value {v!r}"[:300], node=node)
+    if kind == "int":
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise bad()
+        return int(v)
+    if kind == "float":
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
+            raise bad()
+        return float(v)
+    if kind == "bool":
+        if not isinstance(v, (bool, np.bool_)):
+            raise bad()
+        return bool(v)
+    if kind == "str":
+        if not isinstance(v, str):
+            raise bad()
+        return v
+    if kind == "strs":
+        if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+            raise bad()
+        return list(v)
+    if kind == "dtype":
+        if v not in dt.DTYPES:
+            raise bad()
+        return v
+    if kind in ("shape", "ints", "axis"):
+        if v is None:
+            return None
+        if kind == "axis" and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            return int(v)
+        if not isinstance(v, (list, tuple)):
+            raise bad()
+        for x in v:
+            if isinstance(x, bool) or not (isinstance(x, (int, np.integer)) or (kind == "shape" and x is None)):
+                raise bad()
+        return [None if x is None else int(x) for x in v]
+    if kind == "tensor":
+        if not isinstance(v, np.ndarray) or v.dtype.name not in dt.ALL:
+            raise bad()
+        return v
+    return v  # json

@@ -1,0 +1,491 @@
+"""The tagged-frame executor (§4.3, Figure 5).
+
+Every value moving along an edge is tagged by the frame iteration it belongs
+to (an `Iter`), and is either live (its array) or DEAD. A node runs at most
+once per frame iteration. Enter moves a value into a child frame (created on
+first use), Exit back to the parent frame, NextIteration to the next
+iteration of the same frame. A non-control node with a dead input skips its
+kernel and outputs DEAD; Switch makes its untaken output DEAD; Merge fires on
+its first live input and is dead only when all inputs are dead. Exits of a
+frame that never produced a live value (a loop inside an untaken branch)
+send DEAD to the parent when the frame finishes.
+
+One scheduler thread owns all bookkeeping (no locks); in "threads" mode heavy
+kernels run on a thread pool (numpy releases the GIL) while cheap nodes run
+inline. "reference" mode runs everything inline in FIFO order and is the
+living definition: both modes must give identical results.
+"""
+import collections
+import queue
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from dfc.errors import DfcDeadlockError, DfcError, DfcRuntimeError, DfcInputError
+from dfc.ir import ops as opreg
+from dfc.ir.graph import ROOT_FRAME, parse_input
+from dfc.runtime.kernels import kernel_for
+
+NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT = range(6)
+_KIND = {"switch": SWITCH, "merge": MERGE, "enter": ENTER, "exit": EXIT, "next_iteration": NEXT}
+HEAVY_ELEMENTS = 16384   # below this many input elements a heavy kernel still runs inline
+
+
+class _Dead:
+    __slots__ = ()
+
+    def __repr__(self):
+        return "DEAD"
+
+
+DEAD = _Dead()
+LIVE = True
+FIRED = ()   # marks a Merge that already fired in an iteration
+
+
+class KernelContext:
+    """What a kernel may see besides its inputs."""
+    __slots__ = ("variables", "run_count", "tag", "print")
+
+    def __init__(self, variables, run_count, printer):
+        self.variables, self.run_count, self.tag, self.print = variables, run_count, (), printer
+
+
+class Frame:
+    __slots__ = ("fid", "parent_iter", "iters", "pending_enters", "inv", "max_par", "deferred",
+                 "next_num", "oldest", "live_exits", "tag")
+
+    def __init__(self, fid, parent_iter, pending_enters, max_par):
+        self.fid, self.parent_iter = fid, parent_iter
+        self.iters, self.pending_enters, self.inv = {}, pending_enters, []
+        self.max_par, self.deferred = max_par, []
+        self.next_num = self.oldest = 0
+        self.live_exits = set()
+        self.tag = () if parent_iter is None else parent_iter.tag
+
+
+class Iter:
+    __slots__ = ("frame", "num", "states", "outstanding", "children", "tag")
+
+    def __init__(self, frame, num):
+        self.frame, self.num, self.states, self.outstanding, self.children = frame, num, {}, 0, {}
+        self.tag = frame.tag + (frame.fid, num) if frame.fid else ()
+
+
+class Plan:
+    """Precomputed per-node tables for one (fetches, feeds, targets) subgraph."""
+
+    def __init__(self, graph, fetches, feed_names, targets, xp=np, parallel_iterations=None):
+        self.graph = graph
+        frame_of, parent = graph.frames()
+        fetch_nodes = [parse_input(f)[0] for f in fetches]
+        needed = self._prune(graph, fetch_nodes + list(targets), set(feed_names))
+        nodes = [n for n in graph.nodes.values() if n.name in needed]
+        self.nodes = nodes
+        self.index = idx = {n.name: i for i, n in enumerate(nodes)}
+        fids = {f: k for k, f in enumerate(sorted(parent, key=lambda f: (f != ROOT_FRAME, f)))}
+        self.frame_names = sorted(fids, key=fids.get)
+        N = len(nodes)
+        self.kind = [0] * N
+        self.kern = [None] * N
+        self.heavy = [False] * N
+        self.out_edges = [[] for _ in range(N)]
+        self.ctrl_outs = [[] for _ in range(N)]
+        self.blank = [None] * N
+        self.merge_need = [0] * N
+        self.child_fid = [0] * N
+        self.is_constant = [False] * N
+        self.fid = [fids[frame_of[n.name]] for n in nodes]
+        self.enter_count = [0] * len(fids)
+        self.frame_exits = [[] for _ in fids]
+        self.max_par = [1 << 30] * len(fids)
+        self.roots = []
+        self.feed_index = {}
+        for i, n in enumerate(nodes):
+            opdef = opreg.get(n.op)
+            fed = n.name in feed_names
+            k = NORMAL if fed else _KIND.get(opdef.kind, NORMAL)
+            self.kind[i] = k
+            if fed:
+                self.feed_index[n.name] = i
+            elif n.op == "Placeholder":
+                raise DfcInputError(f"input {n.name!r} needs a value", node=n.name)
+            else:
+                self.kern[i] = kernel_for(n, xp)
+            self.heavy[i] = opdef.heavy and not fed
+            ins = [] if fed else n.inputs
+            nin = 0
+            for ref in ins:
+                src, port, ctrl = parse_input(ref)
+                s = idx[src]
+                if ctrl:
+                    self.ctrl_outs[s].append(i)
+                else:
+                    outs = self.out_edges[s]
+                    while len(outs) <= port:
+                        outs.append([])
+                    outs[port].append((i, nin))
+                    nin += 1
+            self.blank[i] = [len(ins), False] + [None] * nin
+            if not ins:
+                if self.fid[i] != 0:
+                    raise DfcError("node without inputs inside a loop frame", node=n.name)
+                self.roots.append(i)
+            if k == MERGE:
+                srcs = [graph.nodes[parse_input(r)[0]].op for r in ins]
+                self.merge_need[i] = 1 if "NextIteration" in srcs else nin
+            elif k == ENTER:
+                cf = fids[n.attrs["frame_name"]]
+                self.child_fid[i] = cf
+                self.is_constant[i] = n.attrs.get("is_constant", False)
+                self.enter_count[cf] += 1
+                par = parallel_iterations or n.attrs.get("parallel_iterations", 32)
+                self.max_par[cf] = min(self.max_par[cf], max(1, int(par)))
+            elif k == EXIT:
+                self.frame_exits[self.fid[i]].append(i)
+        for i, n in enumerate(nodes):   # every output port gets an edge list
+            nout = opreg.get(n.op).num_outputs(n.attrs, len(n.data_inputs))
+            while len(self.out_edges[i]) < nout:
+                self.out_edges[i].append([])
+        self.fetches = []
+        for f in fetches:
+            name, port, _ = parse_input(f)
+            if name not in idx:
+                raise DfcError(f"fetch {f!r} names no node")
+            out_frame = self.fid[idx[name]]
+            if self.kind[idx[name]] == EXIT:
+                out_frame = fids[parent[self.frame_names[out_frame]]]
+            if out_frame != 0:
+                raise DfcError(f"cannot fetch {f!r}: it lives inside a loop frame", node=name)
+            if port >= len(self.out_edges[idx[name]]):
+                raise DfcError(f"fetch {f!r}: node has {len(self.out_edges[idx[name]])} outputs", node=name)
+            self.fetches.append((idx[name], port))
+        self.fetch_nodes = {i for i, _ in self.fetches}
+
+    @staticmethod
+    def _prune(graph, wanted, feed_names):
+        needed, stack = set(), list(wanted)
+        while stack:
+            name = stack.pop()
+            if name in needed:
+                continue
+            if name not in graph.nodes:
+                raise DfcError(f"no node named {name!r}")
+            needed.add(name)
+            if name in feed_names:
+                continue
+            for ref in graph.nodes[name].inputs:
+                stack.append(parse_input(ref)[0])
+        return needed
+
+
+class Run:
+    """One execution of a Plan."""
+
+    def __init__(self, plan, feeds, ctx, pool=None):
+        self.p, self.ctx, self.pool = plan, ctx, pool
+        self.results = {}
+        self.kern = list(plan.kern)
+        for name, value in feeds.items():
+            if name in plan.feed_index:
+                self.kern[plan.feed_index[name]] = (lambda v: lambda c, a: (v,))(value)
+
+    def execute(self):
+        p = self.p
+        root = Frame(0, None, 0, 1)
+        it0 = Iter(root, 0)
+        root.iters[0] = it0
+        root.next_num = 1
+        ready = collections.deque()
+        for i in p.roots:
+            it0.outstanding += 1
+            ready.append((i, it0, p.blank[i][:]))
+        with np.errstate(all="ignore"):
+            if self.pool is None:
+                self._loop_inline(ready)
+            else:
+                self._loop_pool(ready)
+        out = []
+        for i, port in p.fetches:
+            v = self.results.get((i, port))
+            if v is None:
+                self._stuck(it0, p.nodes[i].name)
+            if v is DEAD:
+                raise DfcRuntimeError("fetched value is dead (it comes from a branch that was not taken)",
+                                      node=p.nodes[i].name)
+            out.append(v)
+        return out
+
+    # -------------------------------------------------------------- scheduling loops
+    def _loop_inline(self, ready):
+        p, kern, ctx = self.p, self.kern, self.ctx
+        kind = p.kind
+        popleft, finish = ready.popleft, self._finish
+        while ready:
+            i, it, st = popleft()
+            if kind[i] == NORMAL:
+                if st[1]:
+                    outs = None
+                else:
+                    ctx.tag = it.tag
+                    try:
+                        outs = kern[i](ctx, st[2:])
+                    except Exception as e:   # noqa: BLE001 — re-raised as a DfcError naming the node
+                        raise self._wrap(i, e) from None
+                self._propagate(i, it, outs, ready)
+                it.outstanding -= 1
+                if it.outstanding == 0:
+                    self._cleanup(it.frame, ready)
+            else:
+                finish(i, it, st, None, ready)
+
+    def _loop_pool(self, ready):
+        p, kern, ctx, heavy = self.p, self.kern, self.ctx, self.p.heavy
+        done = queue.SimpleQueue()
+        in_flight = 0
+        error = None
+
+        def task(i, it, args):
+            try:
+                done.put((i, it, kern[i](ctx, args), None))
+            except Exception as e:   # noqa: BLE001
+                done.put((i, it, None, e))
+
+        while True:
+            while ready and error is None:
+                i, it, st = ready.popleft()
+                if heavy[i] and not st[1] and sum(getattr(a, "size", 1) for a in st[2:]) >= HEAVY_ELEMENTS:
+                    self.pool.submit(task, i, it, st[2:])
+                    in_flight += 1
+                else:
+                    try:
+                        self._finish(i, it, st, None, ready)
+                    except DfcError as e:
+                        error = e
+                while in_flight and not done.empty():
+                    in_flight -= 1
+                    error = self._complete(done.get(), ready) or error
+            if in_flight == 0:
+                break
+            in_flight -= 1
+            error = self._complete(done.get(), ready) or error
+        if error is not None:
+            raise error
+
+    def _complete(self, item, ready):
+        i, it, outs, exc = item
+        if exc is not None:
+            return self._wrap(i, exc)
+        try:
+            self._finish(i, it, None, outs, ready)
+        except DfcError as e:
+            return e
+        return None
+
+    def _wrap(self, i, e):
+        n = self.p.nodes[i]
+        if isinstance(e, DfcError):
+            if e.node is None:
+                return type(e)(e.message, node=n.name, loc=e.loc or n.loc)
+            return e
+        if isinstance(e, MemoryError):
+            from dfc.errors import DfcOutOfMemory
+            return DfcOutOfMemory(f"{n.op}: out of memory", node=n.name, loc=n.loc)
+        return DfcRuntimeError(f"{n.op} failed: {type(e).__name__}: {e}", node=n.name, loc=n.loc)
+
+    # -------------------------------------------------------------- node semantics
+    def _finish(self, i, it, st, outs, ready):
+        """Run (if st is given) or complete (if outs is given) node i in iteration it."""
+        p = self.p
+        k = p.kind[i]
+        if k == NORMAL:
+            if st is not None:
+                if st[1]:
+                    outs = None
+                else:
+                    self.ctx.tag = it.tag
+                    try:
+                        outs = self.kern[i](self.ctx, st[2:])
+                    except Exception as e:   # noqa: BLE001
+                        raise self._wrap(i, e) from None
+            self._propagate(i, it, outs, ready)
+        elif k == SWITCH:
+            if st[1]:
+                self._propagate(i, it, None, ready)
+            else:
+                v = st[2]
+                taken = bool(st[3])
+                self._propagate(i, it, (DEAD, v) if taken else (v, DEAD), ready, ports_may_be_dead=True)
+        elif k == MERGE:
+            outs = None if st[1] else (st[2], np.int32(st[3]))
+            self._propagate(i, it, outs, ready)
+        elif k == ENTER:
+            self._enter(i, it, DEAD if st[1] else st[2], ready)
+        elif k == EXIT:
+            if not st[1]:
+                frame = it.frame
+                frame.live_exits.add(i)
+                self._propagate(i, frame.parent_iter, (st[2],), ready)
+        else:  # NEXT
+            if not st[1]:
+                self._next_iteration(i, it, st[2], ready)
+        it.outstanding -= 1
+        if it.outstanding == 0:
+            self._cleanup(it.frame, ready)
+
+    def _record(self, i, outs):
+        for port in range(len(self.p.out_edges[i])):
+            if (i, port) in self._fetch_set():
+                self.results[(i, port)] = DEAD if outs is None else outs[port]
+
+    def _fetch_set(self):
+        fs = getattr(self, "_fs", None)
+        if fs is None:
+            fs = self._fs = set(self.p.fetches)
+        return fs
+
+    def _propagate(self, i, it, outs, ready, ports_may_be_dead=False):
+        p = self.p
+        if i in p.fetch_nodes and it.frame.fid == 0:
+            self._record(i, outs)
+        kind, blank = p.kind, p.blank
+        states = it.states
+        dead_node = outs is None
+        for port, edges in enumerate(p.out_edges[i]):
+            if not edges:
+                continue
+            v = DEAD if dead_node else outs[port]
+            for dst, slot in edges:
+                if kind[dst] == MERGE:
+                    self._deliver_merge(dst, slot, v, it, ready)
+                    continue
+                st = states.get(dst)
+                if st is None:
+                    st = states[dst] = blank[dst][:]
+                if v is DEAD:
+                    st[1] = True
+                else:
+                    st[slot + 2] = v
+                st[0] -= 1
+                if st[0] == 0:
+                    del states[dst]
+                    it.outstanding += 1
+                    ready.append((dst, it, st))
+        ctrl = p.ctrl_outs[i]
+        if ctrl:
+            dead = dead_node or (ports_may_be_dead and all(o is DEAD for o in outs))
+            for dst in ctrl:
+                st = states.get(dst)
+                if st is None:
+                    st = states[dst] = blank[dst][:]
+                if dead:
+                    st[1] = True
+                st[0] -= 1
+                if st[0] == 0:
+                    del states[dst]
+                    it.outstanding += 1
+                    ready.append((dst, it, st))
+
+    def _deliver_merge(self, dst, slot, v, it, ready):
+        states = it.states
+        st = states.get(dst)
+        if st is FIRED:
+            return
+        if v is DEAD:
+            if st is None:
+                st = states[dst] = [self.p.merge_need[dst]]
+            st[0] -= 1
+            if st[0] == 0:
+                states[dst] = FIRED
+                it.outstanding += 1
+                ready.append((dst, it, [0, True]))
+        else:
+            states[dst] = FIRED
+            it.outstanding += 1
+            ready.append((dst, it, [0, False, v, slot]))
+
+    # -------------------------------------------------------------- frames
+    def _enter(self, i, it, v, ready):
+        p = self.p
+        cf = p.child_fid[i]
+        child = it.children.get(cf)
+        if child is None:
+            child = it.children[cf] = Frame(cf, it, p.enter_count[cf], p.max_par[cf])
+            it.outstanding += 1
+            self._new_iteration(child, ready)
+        child.pending_enters -= 1
+        if p.is_constant[i]:
+            child.inv.append((i, v))
+            for sub in list(child.iters.values()):
+                self._propagate(i, sub, (v,) if v is not DEAD else None, ready)
+        else:
+            self._propagate(i, child.iters[0], (v,) if v is not DEAD else None, ready)
+        if child.pending_enters == 0:
+            self._cleanup(child, ready)
+
+    def _new_iteration(self, frame, ready):
+        sub = Iter(frame, frame.next_num)
+        frame.iters[frame.next_num] = sub
+        frame.next_num += 1
+        for e, v in frame.inv:
+            self._propagate(e, sub, (v,) if v is not DEAD else None, ready)
+        return sub
+
+    def _next_iteration(self, i, it, v, ready):
+        frame = it.frame
+        nxt = frame.iters.get(it.num + 1)
+        if nxt is None:
+            if frame.deferred or frame.next_num - frame.oldest >= frame.max_par:
+                frame.deferred.append((i, v))     # at most max_par iterations in flight
+                return
+            nxt = self._new_iteration(frame, ready)
+        self._propagate(i, nxt, (v,), ready)
+
+    def _cleanup(self, frame, ready):
+        """Retire finished iterations in order; finish the frame when nothing is left."""
+        if frame.pending_enters > 0:
+            return
+        iters = frame.iters
+        while True:
+            sub = iters.get(frame.oldest)
+            if sub is None or sub.outstanding > 0:
+                break
+            del iters[frame.oldest]
+            frame.oldest += 1
+            if frame.deferred and frame.next_num - frame.oldest < frame.max_par:
+                deferred, frame.deferred = frame.deferred, []
+                nxt = self._new_iteration(frame, ready)
+                for e, v in deferred:
+                    self._propagate(e, nxt, (v,), ready)
+        if iters or frame.deferred or frame.parent_iter is None:
+            return
+        parent = frame.parent_iter
+        for e in self.p.frame_exits[frame.fid]:
+            if e not in frame.live_exits:       # a loop that never ran live: its exits are dead
+                self._propagate(e, parent, None, ready)
+        del parent.children[frame.fid]
+        parent.outstanding -= 1
+        if parent.outstanding == 0:
+            self._cleanup(parent.frame, ready)
+
+    # -------------------------------------------------------------- diagnostics
+    def _stuck(self, it0, fetch_name):
+        names = []
+        self._collect_pending(it0, names)
+        shown = ", ".join(sorted(set(names))[:10]) or "none"
+        raise DfcDeadlockError(f"execution stopped before {fetch_name!r} was computed; nodes still waiting "
+                               f"for inputs: {shown}", node=fetch_name)
+
+    def _collect_pending(self, it, names):
+        for dst, st in it.states.items():
+            if st is not FIRED:
+                names.append(self.p.nodes[dst].name)
+        for child in it.children.values():
+            for sub in child.iters.values():
+                self._collect_pending(sub, names)
+
+
+def default_printer(text):
+    sys.stdout.write(text)
+    sys.stdout.flush()

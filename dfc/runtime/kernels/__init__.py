@@ -1,0 +1,10 @@
+"""The kernel table: op name -> factory(node, xp) -> kernel(ctx, args) -> tuple of outputs.
+
+Kernels are written against an array module `xp` (numpy, or cupy on a GPU)
+so the same kernel runs on both. They never see dead values: the executor
+skips a kernel whose inputs are dead (Figure 5).
+"""
+from dfc.runtime.kernels.registry import KERNELS, kernel_for
+from dfc.runtime.kernels import math_kernels, array_kernels, state_kernels, control_kernels  # noqa: F401
+
+__all__ = ["KERNELS", "kernel_for"]

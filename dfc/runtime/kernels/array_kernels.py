@@ -1,0 +1,229 @@
+"""Sources, shapes, indexing, gather/scatter, random and structural kernels."""
+import zlib
+
+import numpy as np
+
+from dfc.errors import DfcInputError
+from dfc.runtime.kernels.registry import kernel, simple
+
+
+@kernel("Const")
+def _const(node, xp):
+    v = xp.asarray(node.attrs["value"])
+    return lambda ctx, a: (v,)
+
+
+@kernel("Placeholder")
+def _placeholder(node, xp):
+    def f(ctx, a):
+        raise DfcInputError(f"no value fed for input {node.name!r}", node=node.name)
+    return f
+
+
+@kernel("Identity", "StopGradient", "LoopCond", "Enter", "Exit", "NextIteration")
+def _identity(node, xp):
+    return lambda ctx, a: (a[0],)
+
+
+@kernel("NoOp")
+def _noop(node, xp):
+    return lambda ctx, a: ()
+
+
+@kernel("Shape")
+def _shape(node, xp):
+    return lambda ctx, a: (np.array(a[0].shape, dtype=np.int64),)
+
+
+@kernel("Size")
+def _size(node, xp):
+    return lambda ctx, a: (np.array(a[0].size, dtype=np.int64),)
+
+
+@kernel("Rank")
+def _rank(node, xp):
+    return lambda ctx, a: (np.array(a[0].ndim, dtype=np.int64),)
+
+
+def _as_shape(v):
+    return tuple(int(d) for d in np.asarray(v).reshape(-1))
+
+
+@kernel("Reshape")
+def _reshape(node, xp):
+    return lambda ctx, a: (xp.reshape(a[0], _as_shape(a[1])),)
+
+
+@kernel("Fill")
+def _fill(node, xp):
+    return lambda ctx, a: (xp.full(_as_shape(a[0]), a[1], dtype=a[1].dtype),)
+
+
+@kernel("BroadcastTo")
+def _broadcast_to(node, xp):
+    return lambda ctx, a: (xp.broadcast_to(a[0], _as_shape(a[1])).copy(),)
+
+
+def sum_to_shape(xp, x, shape):
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    lead = x.ndim - len(shape)
+    if lead:
+        x = xp.sum(x, axis=tuple(range(lead)), dtype=x.dtype)
+    axes = tuple(i for i, d in enumerate(shape) if d == 1 and x.shape[i] != 1)
+    if axes:
+        x = xp.sum(x, axis=axes, keepdims=True, dtype=x.dtype)
+    return xp.reshape(x, shape)
+
+
+@kernel("SumToShape")
+def _sum_to_shape(node, xp):
+    return lambda ctx, a: (sum_to_shape(xp, a[0], _as_shape(a[1])),)
+
+
+@kernel("Transpose")
+def _transpose(node, xp):
+    perm = node.attrs.get("perm")
+    return lambda ctx, a: (xp.transpose(a[0], perm),)
+
+
+@kernel("ExpandDims")
+def _expand(node, xp):
+    ax = node.attrs["axis"]
+    return lambda ctx, a: (xp.expand_dims(a[0], ax),)
+
+
+@kernel("Squeeze")
+def _squeeze(node, xp):
+    ax = node.attrs.get("axis")
+    ax = tuple(ax) if isinstance(ax, list) else ax
+    return lambda ctx, a: (xp.squeeze(a[0], axis=ax),)
+
+
+@kernel("Concat")
+def _concat(node, xp):
+    ax = node.attrs.get("axis", 0)
+    return lambda ctx, a: (xp.concatenate(a, axis=ax),)
+
+
+@kernel("Stack")
+def _stack(node, xp):
+    ax = node.attrs.get("axis", 0)
+    return lambda ctx, a: (xp.stack(a, axis=ax),)
+
+
+@kernel("Unstack")
+def _unstack(node, xp):
+    ax, num = node.attrs.get("axis", 0), node.attrs["num"]
+
+    def f(ctx, a):
+        x = a[0]
+        if x.shape[ax] != num:
+            raise ValueError(f"Unstack of {num} along a dimension of size {x.shape[ax]}")
+        return tuple(xp.moveaxis(x, ax, 0))
+    return f
+
+
+def build_index(spec, dyn):
+    idx = []
+    for item in spec:
+        kind = item[0]
+        if kind == "int":
+            idx.append(_dyn(item[1], dyn))
+        elif kind == "slice":
+            idx.append(slice(*[_dyn(p, dyn) for p in item[1:]]))
+        elif kind == "newaxis":
+            idx.append(None)
+        elif kind == "ellipsis":
+            idx.append(Ellipsis)
+        else:
+            idx.append(dyn[item[1]])
+    return tuple(idx)
+
+
+def _dyn(p, dyn):
+    if isinstance(p, dict):
+        return int(dyn[p["t"]])
+    return p
+
+
+@kernel("GetItem")
+def _getitem(node, xp):
+    spec = node.attrs["spec"]
+
+    def f(ctx, a):
+        r = a[0][build_index(spec, a[1:])]
+        return (xp.asarray(r) if not hasattr(r, "dtype") or r.ndim == 0 else r,)
+    return f
+
+
+@kernel("GetItemGrad")
+def _getitem_grad(node, xp):
+    spec = node.attrs["spec"]
+
+    def f(ctx, a):
+        g, shape = a[0], _as_shape(a[1])
+        out = xp.zeros(shape, dtype=g.dtype)
+        xp.add.at(out, build_index(spec, a[2:]), g)
+        return (out,)
+    return f
+
+
+@kernel("Gather")
+def _gather(node, xp):
+    ax = node.attrs.get("axis", 0)
+    return lambda ctx, a: (xp.take(a[0], a[1], axis=ax),)
+
+
+@kernel("ScatterAdd")
+def _scatter_add(node, xp):
+    ax = node.attrs.get("axis", 0)
+
+    def f(ctx, a):
+        shape, idx, upd = _as_shape(a[0]), a[1], a[2]
+        out = xp.zeros(shape, dtype=upd.dtype)
+        view = xp.moveaxis(out, ax, 0)
+        upd = xp.moveaxis(upd, list(range(ax, ax + idx.ndim)), list(range(idx.ndim)))
+        xp.add.at(view, idx, upd)
+        return (out,)
+    return f
+
+
+@kernel("OneHot")
+def _one_hot(node, xp):
+    at = node.attrs
+    depth, dtype = at["depth"], at["dtype"]
+    on, off = at.get("on", 1.0), at.get("off", 0.0)
+
+    def f(ctx, a):
+        hot = a[0][..., None] == xp.arange(depth)
+        return (xp.where(hot, on, off).astype(dtype),)
+    return f
+
+
+@kernel("Range")
+def _range(node, xp):
+    return lambda ctx, a: (xp.arange(a[0], a[1], a[2], dtype=a[0].dtype),)
+
+
+@kernel("RandomUniform", "RandomNormal")
+def _random(node, xp):
+    at = node.attrs
+    salt = zlib.crc32(node.name.encode())
+    uniform = node.op == "RandomUniform"
+
+    def f(ctx, a):
+        # Counter-based: the same seed, run and iteration give the same numbers,
+        # whatever order the executor happens to run nodes in.
+        rng = np.random.default_rng([at.get("seed", 0), salt, ctx.run_count, *ctx.tag])
+        shape = _as_shape(a[0])
+        if uniform:
+            v = rng.uniform(at.get("a", 0.0), at.get("b", 1.0), shape)
+        else:
+            v = rng.normal(at.get("a", 0.0), at.get("b", 1.0), shape)
+        return (xp.asarray(v.astype(at["dtype"])),)
+    return f
+
+
+simple({})

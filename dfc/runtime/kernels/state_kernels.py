@@ -1,0 +1,259 @@
+"""Stateful kernels: variables, stacks, TensorArrays, print, assert, checkpoints."""
+import numpy as np
+
+from dfc.errors import DfcAssertionError, DfcRuntimeError
+from dfc.runtime.kernels.registry import kernel
+
+FLOW = np.float32(0.0)
+
+
+class VariableSlot:
+    __slots__ = ("name", "value")
+
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+
+@kernel("VarHandle")
+def _var_handle(node, xp):
+    name = node.attrs["shared_name"]
+
+    def f(ctx, a):
+        slot = ctx.variables.get(name)
+        if slot is None:
+            slot = ctx.variables[name] = VariableSlot(name, xp.asarray(a[0]).copy())
+        return (slot,)
+    return f
+
+
+@kernel("ReadVariable")
+def _read(node, xp):
+    return lambda ctx, a: (a[0].value,)
+
+
+def _check_assign(slot, v):
+    if v.dtype != slot.value.dtype or v.shape != slot.value.shape:
+        raise DfcRuntimeError(f"cannot assign {v.dtype}{list(v.shape)} to variable {slot.name!r} of "
+                              f"{slot.value.dtype}{list(slot.value.shape)}")
+
+
+@kernel("Assign", "AssignAdd", "AssignSub")
+def _assign(node, xp):
+    op = node.op
+
+    def f(ctx, a):
+        slot, v = a
+        if op == "AssignAdd":
+            v = slot.value + v
+        elif op == "AssignSub":
+            v = slot.value - v
+        _check_assign(slot, xp.asarray(v))
+        slot.value = v
+        return (v,)
+    return f
+
+
+class Stack(list):
+    """A gradient stack: forward pushes, backward pops (§5.1)."""
+    __slots__ = ("swap",)
+
+
+@kernel("StackV2")
+def _stack_new(node, xp):
+    swap = node.attrs.get("swap_memory", False)
+
+    def f(ctx, a):
+        s = Stack()
+        s.swap = swap
+        return (s,)
+    return f
+
+
+@kernel("StackPush")
+def _push(node, xp):
+    def f(ctx, a):
+        a[0].append(a[1])
+        return (a[1],)
+    return f
+
+
+@kernel("StackPop")
+def _pop(node, xp):
+    def f(ctx, a):
+        if not a[0]:
+            raise DfcRuntimeError("pop from an empty stack", node=node.name)
+        return (a[0].pop(),)
+    return f
+
+
+class TensorArrayStore:
+    """The storage behind a TensorArray handle."""
+    __slots__ = ("dtype", "items", "dynamic", "element_shape", "accumulate")
+
+    def __init__(self, dtype, size, dynamic, element_shape, accumulate):
+        self.dtype, self.items, self.dynamic = dtype, [None] * size, dynamic
+        self.element_shape, self.accumulate = element_shape, accumulate
+
+    def _check_index(self, i, grow=False):
+        i = int(i)
+        if i < 0:
+            raise DfcRuntimeError(f"TensorArray index {i} is negative")
+        if i >= len(self.items):
+            if grow and self.dynamic:
+                self.items.extend([None] * (i + 1 - len(self.items)))
+            else:
+                raise DfcRuntimeError(f"TensorArray index {i} out of range (size {len(self.items)})")
+        return i
+
+    def write(self, i, v):
+        i = self._check_index(i, grow=True)
+        if v.dtype.name != self.dtype:
+            raise DfcRuntimeError(f"TensorArray of {self.dtype} cannot hold {v.dtype.name}")
+        if self.items[i] is not None:
+            if not self.accumulate:
+                raise DfcRuntimeError(f"TensorArray index {i} written twice")
+            v = self.items[i] + v
+        self.items[i] = v
+
+    def read(self, i):
+        i = self._check_index(i)
+        v = self.items[i]
+        if v is None:
+            if self.accumulate and self.element_shape is not None and None not in self.element_shape:
+                return np.zeros(self.element_shape, self.dtype)
+            raise DfcRuntimeError(f"TensorArray index {i} read before it was written")
+        return v
+
+    def stack(self, xp, indices=None):
+        idx = range(len(self.items)) if indices is None else [int(i) for i in np.asarray(indices).reshape(-1)]
+        vals = [self.read(i) for i in idx]
+        if not vals:
+            es = self.element_shape
+            shape = (0,) + tuple(0 if d is None else d for d in (es or ()))
+            return xp.zeros(shape, self.dtype)
+        try:
+            return xp.stack(vals)
+        except ValueError as e:
+            raise DfcRuntimeError(f"TensorArray elements have different shapes: {e}") from None
+
+
+@kernel("TensorArray")
+def _ta_new(node, xp):
+    at = node.attrs
+
+    def f(ctx, a):
+        es = at.get("element_shape")
+        return (TensorArrayStore(at["dtype"], int(a[0]), at.get("dynamic_size", True),
+                                 None if es is None else tuple(es), at.get("accumulate", False)), FLOW)
+    return f
+
+
+@kernel("TensorArrayWrite")
+def _ta_write(node, xp):
+    def f(ctx, a):
+        a[0].write(a[1], a[2])
+        return (FLOW,)
+    return f
+
+
+@kernel("TensorArrayRead")
+def _ta_read(node, xp):
+    return lambda ctx, a: (a[0].read(a[1]),)
+
+
+@kernel("TensorArraySize")
+def _ta_size(node, xp):
+    return lambda ctx, a: (np.array(len(a[0].items), np.int64),)
+
+
+@kernel("TensorArrayStack")
+def _ta_stack(node, xp):
+    return lambda ctx, a: (a[0].stack(xp),)
+
+
+@kernel("TensorArrayGather")
+def _ta_gather(node, xp):
+    return lambda ctx, a: (a[0].stack(xp, a[1]),)
+
+
+@kernel("TensorArrayConcat")
+def _ta_concat(node, xp):
+    def f(ctx, a):
+        vals = [a[0].read(i) for i in range(len(a[0].items))]
+        if not vals:
+            return (xp.zeros((0,) + tuple(a[0].element_shape or ())[1:], a[0].dtype),)
+        return (xp.concatenate(vals, axis=0),)
+    return f
+
+
+@kernel("TensorArrayUnstack")
+def _ta_unstack(node, xp):
+    def f(ctx, a):
+        for i, v in enumerate(a[1]):
+            a[0].write(i, v)
+        return (FLOW,)
+    return f
+
+
+@kernel("TensorArrayScatter")
+def _ta_scatter(node, xp):
+    def f(ctx, a):
+        for i, v in zip(np.asarray(a[1]).reshape(-1), a[2]):
+            a[0].write(i, v)
+        return (FLOW,)
+    return f
+
+
+@kernel("Print")
+def _print(node, xp):
+    template = node.attrs["template"]
+
+    def f(ctx, a):
+        parts = [template[0]]
+        for v, t in zip(a, template[1:]):
+            parts.append(str(np.asarray(v)))
+            parts.append(t)
+        ctx.print("".join(parts))
+        return ()
+    return f
+
+
+@kernel("Assert")
+def _assert(node, xp):
+    msg = node.attrs.get("message", "")
+
+    def f(ctx, a):
+        if not bool(np.all(a[0])):
+            data = ", ".join(str(np.asarray(v)) for v in a[1:])
+            raise DfcAssertionError(f"assertion failed: {msg}" + (f" [{data}]" if data else ""),
+                                    node=node.name, loc=node.loc)
+        return ()
+    return f
+
+
+@kernel("Save")
+def _save(node, xp):
+    path, names = node.attrs["path"], node.attrs["names"]
+
+    def f(ctx, a):
+        try:
+            np.savez(path, **{n: np.asarray(v) for n, v in zip(names, a)})
+        except OSError as e:
+            raise DfcRuntimeError(f"cannot save checkpoint {path!r}: {e}", node=node.name) from None
+        return ()
+    return f
+
+
+@kernel("Restore")
+def _restore(node, xp):
+    at = node.attrs
+
+    def f(ctx, a):
+        try:
+            with np.load(at["path"]) as z:
+                v = z[at["name"]]
+        except (OSError, KeyError) as e:
+            raise DfcRuntimeError(f"cannot restore {at['name']!r} from {at['path']!r}: {e}",
+                                  node=node.name) from None
+        return (xp.asarray(v.astype(at["dtype"])),)
+    return f
