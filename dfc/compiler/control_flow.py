@@ -159,6 +159,12 @@ def cond(pred, true_fn, false_fn, names=None, name=None):
         m = b.make("Merge", (fv, tv), ctx=outer, name=b.unique(f"{state.name}_merge"),
                    raw=True)
         merged.append(m[0])
+    state.merges = [m for m in merged if m is not None]
+    state.branches = {1: tctx, 0: fctx}
+    state.outer = outer
+    b.conds = getattr(b, "conds", {})
+    for m in state.merges:
+        b.conds[m.node] = state
     tok_t, tok_f = b.last_effect.get(tctx), b.last_effect.get(fctx)
     if tok_t or tok_f:
         toks = []
@@ -188,8 +194,11 @@ def _unify_pair(b, tctx, tv, fctx, fv, label, cname, loc):
     elif ft and not tt:
         tv = _const_in(b, tctx, tv, fv.dtype if is_weak(tv) else None)
     elif not tt and not ft:
-        d = const_array(tv).dtype.name if not (is_weak(tv) and is_weak(fv)) else \
-            dt.promote(const_array(tv).dtype.name, const_array(fv).dtype.name)
+        if is_weak(tv) and is_weak(fv):
+            d = "float32" if float in (type(tv), type(fv)) else \
+                "int64" if int in (type(tv), type(fv)) else "bool"
+        else:
+            d = dt.promote(const_array(tv).dtype.name, const_array(fv).dtype.name)
         tv, fv = _const_in(b, tctx, tv, d), _const_in(b, fctx, fv, d)
     if tv.dtype != fv.dtype:
         raise DfcTypeError(f"{label} is {tv.dtype} in the true branch of {cname} but {fv.dtype} in the false "

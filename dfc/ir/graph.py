@@ -235,6 +235,8 @@ class Graph:
                 srcs = [self.nodes[parse_input(r)[0]].op for r in n.inputs]
                 if "Enter" in srcs and "NextIteration" not in srcs:
                     raise DfcGraphError("loop Merge has no NextIteration input", node=n.name)
+            if n.op == "NextIteration" and frame_of[n.name] == ROOT_FRAME:
+                raise DfcGraphError("NextIteration outside any loop frame", node=n.name)
             if n.op == "NextIteration":
                 users = [u for u, _ in self.consumers()[n.name]]
                 if not users or any(self.nodes[u].op != "Merge" for u in users):

@@ -17,7 +17,7 @@ FORMAT, VERSION = "dfc-graph", 1
 
 
 def encode_tensor(v):
-    v = np.ascontiguousarray(v)
+    v = np.asarray(v, order="C")
     data = v.astype(v.dtype.newbyteorder("<"), copy=False).tobytes()
     return {"dtype": v.dtype.name, "shape": list(v.shape), "data": base64.b64encode(data).decode("ascii")}
 

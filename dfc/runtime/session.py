@@ -81,6 +81,10 @@ class Session:
 
     def call(self, *args, **kwargs):
         """Run the graph's signature: positional/keyword inputs in, outputs in their nesting."""
+        return structure.pack(self.graph.signature.get("outputs"), self.call_flat(*args, **kwargs))
+
+    def call_flat(self, *args, **kwargs):
+        """Like call, but the outputs flattened depth-first in return order."""
         sig = self.graph.signature
         inputs = sig.get("inputs", [])
         names = [i["name"] for i in inputs]
@@ -103,8 +107,7 @@ class Session:
                                                 spec["name"])
         leaves = structure.leaves(sig.get("outputs"))
         refs = [leaf["ref"] for leaf in leaves]
-        values = self.run(refs, feeds, targets=tuple(sig.get("targets", [])))
-        return structure.pack(sig.get("outputs"), values)
+        return self.run(refs, feeds, targets=tuple(sig.get("targets", [])))
 
 
 def _to_numpy(v):

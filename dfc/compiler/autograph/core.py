@@ -46,17 +46,10 @@ def is_number(x):
         isinstance(x, np.ndarray))
 
 
-def current_graph():
-    """The graph being traced (for rollback of an abandoned attempt), or None."""
+def current_builder():
+    """The graph builder of the trace in progress, or None."""
     try:
         from dfc.compiler import tracing
     except ImportError:
         return None
-    for name in ("get_default_graph", "current_graph", "default_graph"):
-        getter = getattr(tracing, name, None)
-        if callable(getter):
-            try:
-                return getter()
-            except Exception:
-                return None
-    return None
+    return tracing.current_builder(required=False)

@@ -1,0 +1,120 @@
+"""converted_call: calls from converted code, converting user functions on the way.
+
+User functions (and methods, lambdas, callable objects) are converted
+recursively at trace time, cached per code object. Library code (dfc,
+numpy, the standard library, installed packages, builtins) runs as it is,
+except a few builtins that get tensor-aware versions (print, len, range,
+enumerate, zip).
+"""
+import builtins
+import functools
+import inspect
+import os
+import sys
+import sysconfig
+
+from dfc.compiler.autograph import core, iterables, tensor_list
+from dfc.compiler.autograph.errors import DfcConversionError
+from dfc.compiler.autograph.origin import user_location
+
+_DFC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                              for p in [sysconfig.get_paths().get(key)] if p}))
+
+
+def print_(*values, sep=" ", end="\n", file=None, flush=False):
+    if file is None and any(core.is_tensor(v) for v in values):
+        return core.dfc().print(*values, sep=sep, end=end)
+    return builtins.print(*values, sep=sep, end=end, file=file, flush=flush)
+
+
+def bool_(x=False):
+    if core.is_tensor(x):
+        raise DfcConversionError(
+            "bool() of a symbolic tensor: its value is only known when the graph runs; use it "
+            "directly as an `if`/`while` condition, or compare it (x != 0)", loc=user_location())
+    return builtins.bool(x)
+
+
+_BUILTINS = {
+    builtins.print: print_,
+    builtins.len: iterables.len_,
+    builtins.range: iterables.range_,
+    builtins.enumerate: iterables.enumerate_,
+    builtins.zip: iterables.zip_,
+    builtins.bool: bool_,
+}
+
+
+def is_library(fn):
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return True
+    path = os.path.abspath(code.co_filename)
+    if path.startswith(_DFC_DIR + os.sep):
+        return True
+    if code.co_filename.startswith("<"):
+        return code.co_filename.startswith("<dfc:")
+    return any(path.startswith(d + os.sep) for d in _LIBRARY_DIRS)
+
+
+def converted_call(f, args, kwargs=None):
+    """f(*args, **kwargs), with f converted first when it is user code."""
+    kwargs = kwargs or {}
+    special = _BUILTINS.get(f) if _hashable(f) else None
+    if special is not None:
+        return special(*args, **kwargs)
+    target = _conversion_target(f)
+    if target is None:
+        if _is_dfc_stack(f) and args and isinstance(args[0], tensor_list.TensorList):
+            return args[0].stack()
+        args = tuple(tensor_list.stacked(a) for a in args)
+        return f(*args, **kwargs)
+    return target(*args, **kwargs)
+
+
+def _hashable(f):
+    try:
+        hash(f)
+        return True
+    except TypeError:
+        return False
+
+
+def _is_dfc_stack(f):
+    return getattr(f, "__name__", None) == "stack" and getattr(f, "__module__", "").startswith("dfc")
+
+
+def _conversion_target(f):
+    """The converted callable to use instead of f, or None to call f as it is."""
+    from dfc.compiler.autograph import conversion, function as function_mod
+    if isinstance(f, function_mod.Function):
+        return f.converted_python_function()
+    if getattr(f, "__dfc_converted__", False):
+        return None
+    if isinstance(f, functools.partial):
+        inner = _conversion_target(f.func)
+        return None if inner is None else functools.partial(inner, *f.args, **f.keywords)
+    if inspect.ismethod(f):
+        if isinstance(f.__func__, function_mod.Function):
+            return f.__func__.converted_python_function().__get__(f.__self__)
+        inner = _convertible(f.__func__)
+        return None if inner is None else inner.__get__(f.__self__)
+    if inspect.isfunction(f):
+        return _convertible(f)
+    if not inspect.isclass(f) and not inspect.isbuiltin(f) and callable(f):
+        call = getattr(type(f), "__call__", None)
+        if inspect.isfunction(call):
+            inner = _convertible(call)
+            return None if inner is None else inner.__get__(f)
+    return None
+
+
+def _convertible(fn):
+    from dfc.compiler.autograph import conversion, parser
+    if is_library(fn) or inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn):
+        return None
+    try:
+        return conversion.convert(fn)
+    except parser.SourceUnavailable:
+        return None
