@@ -482,6 +482,9 @@ class Run:
             if st is not FIRED:
                 names.append(self.p.nodes[dst].name)
         for child in it.children.values():
+            fname = self.p.frame_names[child.fid]
+            if child.pending_enters:
+                names.append(f"frame {fname} (waiting for {child.pending_enters} Enter value(s))")
             for sub in child.iters.values():
                 self._collect_pending(sub, names)
 

@@ -3,17 +3,12 @@
 `function` is the decorator; `compile_file` traces every dfc.function of a
 file and saves its graph. The pipeline is in `conversion`, the converters in
 `converters/`, the runtime helpers converted code calls in `operators`.
+
+The submodules `function` and `compile_file` share their names with what
+they define; importing them here makes the package attributes the
+decorator and the function (use importlib for the modules themselves).
 """
+from dfc.compiler.autograph.function import Function, function  # noqa: E402
+from dfc.compiler.autograph.compile_file import compile_file  # noqa: E402
 
-
-def __getattr__(name):
-    if name in ("function", "Function"):
-        from dfc.compiler.autograph import function as mod
-        return getattr(mod, name)
-    if name == "compile_file":
-        from dfc.compiler.autograph.compile_file import compile_file
-        return compile_file
-    if name == "convert":
-        from dfc.compiler.autograph.conversion import convert
-        return convert
-    raise AttributeError(name)
+__all__ = ["function", "Function", "compile_file"]

@@ -87,8 +87,8 @@ def _is_dfc_stack(f):
 
 def _conversion_target(f):
     """The converted callable to use instead of f, or None to call f as it is."""
-    from dfc.compiler.autograph import conversion, function as function_mod
-    if isinstance(f, function_mod.Function):
+    from dfc.compiler.autograph.function import Function
+    if isinstance(f, Function):
         return f.converted_python_function()
     if getattr(f, "__dfc_converted__", False):
         return None
@@ -96,7 +96,7 @@ def _conversion_target(f):
         inner = _conversion_target(f.func)
         return None if inner is None else functools.partial(inner, *f.args, **f.keywords)
     if inspect.ismethod(f):
-        if isinstance(f.__func__, function_mod.Function):
+        if isinstance(f.__func__, Function):
             return f.__func__.converted_python_function().__get__(f.__self__)
         inner = _convertible(f.__func__)
         return None if inner is None else inner.__get__(f.__self__)

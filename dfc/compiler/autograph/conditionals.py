@@ -1,6 +1,6 @@
 """if_stmt and if_exp: Python `if` on Python values, dfc.cond on tensors."""
 from dfc.compiler.autograph import core, state
-from dfc.compiler.autograph.errors import DfcLoopVariableError, describe
+from dfc.compiler.autograph.errors import DfcLoopVariableError
 from dfc.compiler.autograph.origin import generated_caller_location
 from dfc.compiler.autograph.rollback import Mark
 
@@ -35,20 +35,20 @@ def if_exp(cond, if_true, if_false):
 
 def tensor_if(cond, body, orelse, get_state, set_state, names, loc):
     init = get_state()
-    fixed = None
+    fixed, casts = None, {}
     while True:
         mark = Mark()
         try:
             plans, outputs = _build_cond(cond, body, orelse, get_state, set_state, names, init,
-                                         fixed, loc)
+                                         fixed, casts, loc)
             break
         except state.Replan as replan:
             mark.rollback()
-            fixed = replan.plans
+            fixed, casts = replan.plans, replan.casts
     set_state(state.rebuild(plans, outputs))
 
 
-def _build_cond(cond, body, orelse, get_state, set_state, names, init, fixed, loc):
+def _build_cond(cond, body, orelse, get_state, set_state, names, init, fixed, casts, loc):
     seen = {}
 
     def branch(fn, key):
@@ -65,16 +65,22 @@ def _build_cond(cond, body, orelse, get_state, set_state, names, init, fixed, lo
                 plans = state.plans_for(names, values)
                 for f, p in zip(fixed, plans):
                     state.check_compatible(f, p, loc, "cond")
-                return tuple(state.dynamic_values(fixed, values))
+                return _cast(state.dynamic_values(fixed, values), casts)
             seen[key] = (values, plans)
             if key == "true":
-                return tuple(state.dynamic_values(plans))
+                seen["true_dynamic"] = state.dynamic_values(plans)
+                return tuple(seen["true_dynamic"])
             true_values, true_plans = seen["true"]
             merged = [state.check_compatible(t, p, loc, "cond") for t, p in zip(true_plans, plans)]
-            _check_dtypes(true_plans, plans, loc)
             if not all(state.same_plan(m, t) for m, t in zip(merged, true_plans)):
-                raise state.Replan(merged)
-            return tuple(state.dynamic_values(true_plans, values))
+                raise state.Replan(merged, _unify(seen["true_dynamic"],
+                                                  state.dynamic_values(true_plans, values),
+                                                  true_plans, loc))
+            mine = state.dynamic_values(true_plans, values)
+            needed = _unify(seen["true_dynamic"], mine, true_plans, loc)
+            if any(seen["true_dynamic"][k].dtype != d for k, d in needed.items()):
+                raise state.Replan(true_plans, needed)
+            return _cast(mine, needed)
         return run
 
     outputs = core.dfc().cond(cond, branch(body, "true"), branch(orelse, "false"))
@@ -82,15 +88,27 @@ def _build_cond(cond, body, orelse, get_state, set_state, names, init, fixed, lo
     return plans, _as_tuple(outputs)
 
 
-def _check_dtypes(first, second, loc):
-    for a, b in zip(first, second):
-        if a.undefined or b.undefined:
-            continue
-        for x, y in zip(a.leaves, b.leaves):
-            if core.is_tensor(x) and core.is_tensor(y) and x.dtype != y.dtype:
+def _unify(first, second, plans, loc):
+    """{dynamic leaf index: dtype} where the branches' dtypes differ and must be promoted."""
+    from dfc.ir import dtypes
+    needed = {}
+    for k, (x, y) in enumerate(zip(first, second)):
+        if core.is_tensor(x) and core.is_tensor(y) and x.dtype != y.dtype:
+            if "bool" in (x.dtype, y.dtype):
+                name = state.dynamic_names(plans)[k]
                 raise DfcLoopVariableError(
-                    f"{describe(a.name)} is {x.dtype} in one branch of this tensor `if` and "
-                    f"{y.dtype} in the other; cast one of them (dfc.cast)", loc=loc)
+                    f"'{name}' is {x.dtype} in one branch of this tensor `if` and {y.dtype} in the "
+                    f"other; cast one of them (dfc.cast)", loc=loc)
+            needed[k] = dtypes.promote(x.dtype, y.dtype)
+    return needed
+
+
+def _cast(values, casts):
+    out = list(values)
+    for k, dtype in casts.items():
+        if core.is_tensor(out[k]) and out[k].dtype != dtype:
+            out[k] = core.dfc().cast(out[k], dtype)
+    return tuple(out)
 
 
 def _as_tuple(outputs):

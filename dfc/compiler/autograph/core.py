@@ -53,3 +53,8 @@ def current_builder():
     except ImportError:
         return None
     return tracing.current_builder(required=False)
+
+
+def trace(fn, args, kwargs, name):
+    from dfc.compiler import tracing
+    return tracing.trace(fn, tuple(args), kwargs, name=name)

@@ -22,9 +22,9 @@ DYN, STATIC, LIST = "dyn", "static", "list"
 class Replan(Exception):
     """Abandon this trace of a cond/loop and build it again with `plans`."""
 
-    def __init__(self, plans):
+    def __init__(self, plans, casts=None):
         super().__init__("replan")
-        self.plans = plans
+        self.plans, self.casts = plans, casts or {}
 
 
 def leaf_kind(x):
