@@ -258,9 +258,9 @@ def const_array(x, dtype=None):
         pass
     elif isinstance(x, bool):
         return np.asarray(x)
-    if isinstance(x, int):
+    elif isinstance(x, int):
         return np.asarray(x, np.int64)
-    if isinstance(x, float):
+    elif isinstance(x, float):
         return np.asarray(x, np.float32)
     try:
         a = np.asarray(x)

@@ -76,7 +76,7 @@ class Iter:
 class Plan:
     """Precomputed per-node tables for one (fetches, feeds, targets) subgraph."""
 
-    def __init__(self, graph, fetches, feed_names, targets, xp=np, parallel_iterations=None):
+    def __init__(self, graph, fetches, feed_names, targets, xp=np, parallel_iterations=None, fuse=False):
         self.graph = graph
         frame_of, parent = graph.frames()
         fetch_nodes = [parse_input(f)[0] for f in fetches]
@@ -102,6 +102,9 @@ class Plan:
         self.max_par = [1 << 30] * len(fids)
         self.roots = []
         self.feed_index = {}
+        self.ins = [[] for _ in range(N)]
+        self.ctrl_ins = [[] for _ in range(N)]
+        self.frame_parent = [fids[parent[f]] if parent[f] is not None else -1 for f in self.frame_names]
         for i, n in enumerate(nodes):
             opdef = opreg.get(n.op)
             fed = n.name in feed_names
@@ -121,7 +124,9 @@ class Plan:
                 s = idx[src]
                 if ctrl:
                     self.ctrl_outs[s].append(i)
+                    self.ctrl_ins[i].append(s)
                 else:
+                    self.ins[i].append((s, port))
                     outs = self.out_edges[s]
                     while len(outs) <= port:
                         outs.append([])
@@ -162,6 +167,10 @@ class Plan:
                 raise DfcError(f"fetch {f!r}: node has {len(self.out_edges[idx[name]])} outputs", node=name)
             self.fetches.append((idx[name], port))
         self.fetch_nodes = {i for i, _ in self.fetches}
+        self.programs = {}
+        if fuse:
+            from dfc.runtime.fused import build_programs
+            self.programs = build_programs(self)
 
     @staticmethod
     def _prune(graph, wanted, feed_names):
@@ -409,6 +418,10 @@ class Run:
     def _enter(self, i, it, v, ready):
         p = self.p
         cf = p.child_fid[i]
+        prog = p.programs.get(cf)
+        if prog is not None:
+            self._enter_fused(prog, i, it, v, ready)
+            return
         child = it.children.get(cf)
         if child is None:
             child = it.children[cf] = Frame(cf, it, p.enter_count[cf], p.max_par[cf])
@@ -423,6 +436,28 @@ class Run:
             self._propagate(i, child.iters[0], (v,) if v is not DEAD else None, ready)
         if child.pending_enters == 0:
             self._cleanup(child, ready)
+
+    def _enter_fused(self, prog, i, it, v, ready):
+        """Collect the frame's Enter values; when all are in, run the fused loop in one call."""
+        key = ("fused", prog.fid)
+        buf = it.children.get(key)
+        if buf is None:
+            buf = it.children[key] = [len(prog.enters), [None] * len(prog.enters)]
+            it.outstanding += 1
+        buf[1][prog.enter_pos[i]] = v
+        buf[0] -= 1
+        if buf[0]:
+            return
+        del it.children[key]
+        vals = buf[1]
+        loop_dead = any(v is DEAD for e, v in zip(prog.enters, vals) if not self.p.is_constant[e])
+        if loop_dead:
+            exits = [DEAD] * len(prog.exits)
+        else:
+            exits = prog.fn(self.ctx, self.kern, vals, it.tag)
+        for e, x in zip(prog.exits, exits):
+            self._propagate(e, it, None if x is DEAD else (x,), ready)
+        it.outstanding -= 1     # the caller's own decrement follows; the iteration stays alive until then
 
     def _new_iteration(self, frame, ready):
         sub = Iter(frame, frame.next_num)

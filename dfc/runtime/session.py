@@ -25,11 +25,14 @@ def default_mode():
 
 
 class Session:
-    def __init__(self, graph, mode=None, num_threads=None, parallel_iterations=None, printer=None):
+    def __init__(self, graph, mode=None, num_threads=None, parallel_iterations=None, printer=None,
+                 fuse_loops=None):
         mode = mode or default_mode()
         if mode not in MODES:
             raise DfcError(f"unknown executor mode {mode!r} (use one of {', '.join(MODES)})")
         self.graph, self.mode = graph, mode
+        # Loop fusion is the fast path of "threads" mode; "reference" mode never fuses.
+        self.fuse_loops = (mode == "threads") if fuse_loops is None else bool(fuse_loops)
         self.parallel_iterations = parallel_iterations
         self.printer = printer or default_printer
         self.variables = {}
@@ -53,7 +56,7 @@ class Session:
         p = self._plans.get(key)
         if p is None:
             p = self._plans[key] = Plan(self.graph, fetches, set(feed_names), targets,
-                                        parallel_iterations=self.parallel_iterations)
+                                        parallel_iterations=self.parallel_iterations, fuse=self.fuse_loops)
         return p
 
     def run(self, fetches, feeds=None, targets=()):

@@ -212,3 +212,25 @@ def test_many_iterations_in_flight_give_same_answer():
 
     g = dfc.trace(f, I64())
     assert int(run_all_modes(g, np.int64(200))) == sum(i * (i + 1) // 2 for i in range(200))
+
+
+def test_loop_fusion_covers_nested_loops_and_conds():
+    """The fused fast path is really taken for loops with conds and nested loops (and agrees: see
+    run_all_modes in every test above)."""
+    def f(n):
+        def outer(i, s):
+            inner = dfc.while_loop(lambda j, t: j < i, lambda j, t: (j + 1, dfc.cond(j % 2 == 0, lambda: t + j,
+                                                                                       lambda: t - 1)), (0, s))
+            return i + 1, inner[1]
+        return dfc.while_loop(lambda i, s: i < n, outer, (0, 0))[1]
+
+    g = dfc.trace(f, I64())
+    s = dfc.Session(g, mode="threads")
+    out = s.call(np.int64(6))
+    plan = next(iter(s._plans.values()))
+    assert len(plan.programs) == 2          # both frames have a fused program
+    want = 0
+    for i in range(6):
+        for j in range(i):
+            want = want + j if j % 2 == 0 else want - 1
+    assert int(out) == want == int(run_all_modes(g, np.int64(6)))

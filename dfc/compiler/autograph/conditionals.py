@@ -53,7 +53,7 @@ def _build_cond(cond, body, orelse, get_state, set_state, names, init, fixed, ca
 
     def branch(fn, key):
         def run():
-            set_state(init)
+            set_state(_fresh_lists(init))
             if fn is not None:
                 fn()
             values = list(get_state())
@@ -109,6 +109,19 @@ def _cast(values, casts):
         if core.is_tensor(out[k]) and out[k].dtype != dtype:
             out[k] = core.dfc().cast(out[k], dtype)
     return tuple(out)
+
+
+def _fresh_lists(values):
+    """Copies of the lists in `values`, so an append in one branch is not seen by the other."""
+    def copy(v):
+        if isinstance(v, list):
+            return [copy(x) for x in v]
+        if isinstance(v, tuple) and not hasattr(v, "_fields"):
+            return tuple(copy(x) for x in v)
+        if type(v) is dict:
+            return {k: copy(x) for k, x in v.items()}
+        return v
+    return tuple(copy(v) for v in values)
 
 
 def _as_tuple(outputs):

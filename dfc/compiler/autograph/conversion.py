@@ -123,8 +123,10 @@ def instantiate(fn, converted):
     for name in converted.code.co_freevars:
         if name == "ag__":
             closure.append(types.CellType(operators))
-        else:
+        elif name in cells:
             closure.append(cells[name])
+        else:  # the function naming itself (recursion): a global lookup in the original
+            closure.append(types.CellType(fn.__globals__.get(name, fn)))
     new = types.FunctionType(converted.code, fn.__globals__, fn.__name__,
                              fn.__defaults__, tuple(closure) or None)
     new.__kwdefaults__ = fn.__kwdefaults__

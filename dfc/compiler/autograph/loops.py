@@ -118,12 +118,14 @@ def tensor_while(test, body, get_state, set_state, names, opts, loc):
                 if plan.placeholder is not None:
                     init[i] = state.placeholder_from_spec(plan.placeholder)
         except ElementTypeNeeded as need:
-            owned = [i for i, v in enumerate(init) if v is need.tensor_list]
+            owned = [i for i, v in enumerate(init)
+                     if getattr(v, "key", None) is need.tensor_list.key]
             mark.rollback()
             if not owned:
                 raise
             for i in owned:
-                init[i] = TensorList.from_list([], need.dtype, need.shape)
+                init[i] = TensorList.from_list(need.tensor_list.items or [], need.dtype,
+                                               need.shape)
     set_state(state.rebuild(plans, outputs))
 
 

@@ -5,10 +5,10 @@ from dfc.compiler.autograph.logical import and_, not_, or_
 from dfc.compiler.autograph.loops import for_stmt, while_stmt
 from dfc.compiler.autograph.misc import assert_stmt, ld_or_undefined, list_append
 from dfc.compiler.autograph.special_values import (Undefined, UndefinedReturnValue, is_undefined,
-                                                   retval)
+                                                   ld, retval)
 
 __all__ = [
     "converted_call", "if_exp", "if_stmt", "and_", "not_", "or_", "for_stmt", "while_stmt",
     "assert_stmt", "ld_or_undefined", "list_append", "Undefined", "UndefinedReturnValue",
-    "is_undefined", "retval",
+    "is_undefined", "ld", "retval",
 ]

@@ -50,3 +50,10 @@ def is_undefined(value):
 
 def retval(value):
     return None if isinstance(value, UndefinedReturnValue) else value
+
+
+def ld(value):
+    """A load of a variable that may be undefined: raises, naming it, if it is."""
+    if isinstance(value, Undefined):
+        value._fail()
+    return value

@@ -80,7 +80,7 @@ class VarPlan:
             if kind == DYN:
                 leaves.append(next(dynamic_iter))
             elif kind == LIST:
-                leaves.append(TensorList(next(dynamic_iter), x.dtype, x.element_shape))
+                leaves.append(TensorList(next(dynamic_iter), x.dtype, x.element_shape, x.items, x.key))
             else:
                 leaves.append(x)
         return nest.pack_sequence_as(self.value, leaves)

@@ -19,17 +19,22 @@ class ElementTypeNeeded(Exception):
 
 
 class TensorList:
-    def __init__(self, ta, dtype=None, element_shape=None):
+    def __init__(self, ta, dtype=None, element_shape=None, items=None, key=None):
         self.ta, self.dtype, self.element_shape = ta, dtype, element_shape
+        self.key = key if key is not None else object()  # shared by its later versions
+        # the Python items it was made from, while their dtype is only a guess
+        self.items = items
 
     @classmethod
     def from_list(cls, items, dtype=None, element_shape=None):
+        items = list(items)
         if not items and dtype is None:
-            return cls(None)
+            return cls(None, items=items)
+        weak = dtype is None and not any(core.is_tensor(v) for v in items)
         if dtype is None:
             dtype, element_shape = element_type(items[0])
         ta = core.dfc().TensorArray(dtype, size=0, dynamic_size=True)
-        out = cls(ta, dtype, element_shape)
+        out = cls(ta, dtype, element_shape, items if weak else None)
         for item in items:
             out = out.append(item)
         return out
@@ -39,10 +44,12 @@ class TensorList:
         return self.ta is not None
 
     def append(self, value):
-        if self.ta is None:
+        if self.ta is None or (self.items is not None and core.is_tensor(value)
+                               and value.dtype != self.dtype):
             dtype, shape = element_type(value)
             raise ElementTypeNeeded(self, dtype, shape)
-        return TensorList(self.ta.write(self.ta.size(), value), self.dtype, self.element_shape)
+        return TensorList(self.ta.write(self.ta.size(), value), self.dtype, self.element_shape,
+                          self.items, self.key)
 
     def stack(self):
         if self.ta is None:

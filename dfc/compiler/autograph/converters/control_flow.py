@@ -26,6 +26,15 @@ from dfc.compiler.autograph.transformer import Converter
 
 
 class ControlFlow(Converter):
+    @classmethod
+    def transform(cls, node, ctx):
+        converter = cls(ctx)
+        converter.maybe_undefined = set()
+        node = converter.visit(node)
+        if converter.maybe_undefined:
+            node = _WrapLoads(converter.maybe_undefined).visit(node)
+        return node
+
     # ------------------------------------------------------------ state
     def _state(self, node, live):
         mod = node._dfc_modified
@@ -41,6 +50,7 @@ class ControlFlow(Converter):
         out = []
         for name in self._plain_modified(node):
             if name not in node._dfc_defined_in:
+                self.maybe_undefined.add(name)
                 out.extend(templates.replace("name = ag__.Undefined(label)",
                                              name=name, label=templates.const(name)))
         return out
@@ -81,6 +91,7 @@ class ControlFlow(Converter):
                 sets
         """, get_name=get_name, set_name=set_name, vars_=vars_name, plain=plain, sets=sets,
             state=gast.Tuple(elts=loads, ctx=gast.Load()))
+        stmts[0]._dfc_state_function = True
         return stmts, get_name, set_name
 
     def _def(self, base, body, nonlocals, args=()):
@@ -179,3 +190,34 @@ class ControlFlow(Converter):
 
 def _parse_qn(qn):
     return gast.parse(qn).body[0].value
+
+
+class _WrapLoads(gast.NodeTransformer):
+    """`x` -> `ag__.ld(x)` for variables that may be undefined (outside get_state)."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def visit_FunctionDef(self, node):
+        if getattr(node, "_dfc_state_function", False):
+            return node
+        self.generic_visit(node)
+        return node
+
+    def visit_Call(self, node):
+        func = node.func
+        if isinstance(func, gast.Attribute) and isinstance(func.value, gast.Name) \
+                and func.value.id == "ag__" and func.attr == "Undefined":
+            return node
+        self.generic_visit(node)
+        return node
+
+    def visit_Name(self, node):
+        if node.id in self.names and isinstance(node.ctx, gast.Load):
+            new = templates.replace_as_expression("ag__.ld(name)", name=node.id)
+            origin = getattr(node, "_dfc_origin", None)
+            if origin is not None:
+                for n in gast.walk(new):
+                    n._dfc_origin = origin
+            return new
+        return node

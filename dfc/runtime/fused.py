@@ -1,0 +1,314 @@
+"""Loop fusion: run a whole loop frame as one generated Python function.
+
+A frame whose nodes are ordinary kernels, conds (Switch/Merge) and nested
+loops is turned into straight-line Python: one `while True:` per frame, the
+loop variables as locals, a kernel call per node, DEAD checks only where a
+cond can make a value dead, nested frames as nested calls. It runs the
+iterations one after another, so it gives exactly the values of the general
+executor (the reference executor is the definition; tests compare them) at a
+fraction of the per-node cost. Frames with anything else (Send/Recv, odd
+structure) are not fused and run on the general tagged-frame path.
+"""
+import numpy as np
+
+from dfc.errors import DfcError, DfcRuntimeError
+from dfc.ir.graph import parse_input
+
+NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT = range(6)
+_TAGGED_OPS = frozenset({"RandomUniform", "RandomNormal"})   # kernels that read ctx.tag
+_NOT_FUSABLE = frozenset({"Send", "Recv"})
+
+
+class NotFusable(Exception):
+    pass
+
+
+class FrameProgram:
+    """The generated function of one loop frame (and the frames nested in it)."""
+
+    def __init__(self, plan, fid):
+        self.plan, self.fid = plan, fid
+        self.enters = [i for i in range(len(plan.nodes)) if plan.kind[i] == ENTER and plan.child_fid[i] == fid]
+        self.enter_pos = {e: k for k, e in enumerate(self.enters)}
+        self.exits = list(plan.frame_exits[fid])
+        self.lines = []
+        self.helpers = {}
+        self._counter = 0
+        self._emit_frame(fid, "run", 0)
+        src = "\n".join(self.lines)
+        self.source = src
+        env = {"DEAD": plan_dead(), "np": np}
+        env.update(self.helpers)
+        exec(compile(src, f"<dfc fused frame {plan.frame_names[fid]}>", "exec"), env)   # noqa: S102
+        self.fn = env["run"]
+
+    # ------------------------------------------------------------------ analysis
+    def _members(self, fid):
+        p = self.plan
+        return [i for i in range(len(p.nodes)) if p.fid[i] == fid]
+
+    def _emit_frame(self, fid, fname, depth):
+        p = self.plan
+        members = self._members(fid)
+        enters = [i for i in members if p.kind[i] == ENTER]
+        loop_cond = [i for i in members if p.nodes[i].op == "LoopCond"]
+        if len(loop_cond) != 1:
+            raise NotFusable("frame without exactly one LoopCond")
+        lc = loop_cond[0]
+        merges = [i for i in members if p.kind[i] == MERGE and p.merge_need[i] == 1]
+        switches = {}
+        children = sorted(self._child_frames(fid))
+        for i in members:
+            op = p.nodes[i].op
+            if op in _NOT_FUSABLE:
+                raise NotFusable(op)
+            if p.kind[i] == SWITCH and p.ins[i][1][0] == lc:
+                src = p.ins[i][0][0]
+                if src not in merges:
+                    raise NotFusable("loop Switch not fed by a loop Merge")
+                switches[i] = src
+        for m in merges:
+            srcs = [p.kind[s] for s, _ in p.ins[m]]
+            if sorted(srcs) != sorted([ENTER, NEXT]) or p.ins[m][0][0] not in enters:
+                raise NotFusable("loop Merge must take (Enter, NextIteration)")
+        for sw in switches:
+            for dst, _ in p.out_edges[sw][0]:
+                if p.kind[dst] != EXIT:
+                    raise NotFusable("a loop Switch's false output feeds something other than Exit")
+        exits = [i for i in members if p.kind[i] == EXIT]
+        for e in exits:
+            if p.ins[e][0][0] not in switches or p.ins[e][0][1] != 0:
+                raise NotFusable("Exit not fed by a loop Switch")
+        child_programs = {}
+        for c in children:
+            child_programs[c] = self._new_name("frame")
+            self._emit_frame(c, child_programs[c], depth)
+        # items: ordinary nodes of this frame plus one item per child frame
+        items, producer = [], {}
+        for i in members:
+            if p.kind[i] in (ENTER, EXIT) or i in merges or i in switches or p.kind[i] == NEXT:
+                continue
+            items.append(("node", i))
+        for c in children:
+            items.append(("frame", c))
+            for e in p.frame_exits[c]:
+                producer[e] = ("frame", c)
+        deps = {}
+        for it in items:
+            deps[it] = set()
+            for s in self._item_inputs(it):
+                if s in producer:
+                    deps[it].add(producer[s])
+                elif p.fid[s] == fid and p.kind[s] not in (ENTER,) and s not in merges and s not in switches:
+                    deps[it].add(("node", s))
+        order = _toposort(items, deps)
+        # which items run only when the loop continues (downstream of a loop Switch's true output)
+        body = set()
+        for it in order:
+            for s in self._item_inputs(it):
+                if s in switches or (s in producer and producer[s] in body) or ("node", s) in body:
+                    body.add(it)
+                    break
+        maybe_dead = set()
+        for it in order:
+            if it[0] == "node" and p.kind[it[1]] == SWITCH:
+                maybe_dead.add(it)
+                continue
+            for s in self._item_inputs(it):
+                if (s in producer and producer[s] in maybe_dead) or ("node", s) in maybe_dead:
+                    maybe_dead.add(it)
+                    break
+        tagged = any(p.nodes[i].op in _TAGGED_OPS for i in members)
+        self._gen(fid, fname, enters, merges, switches, exits, lc, order, body, maybe_dead, producer,
+                  child_programs, tagged)
+
+    def _child_frames(self, fid):
+        p = self.plan
+        out = set()
+        for i in range(len(p.nodes)):
+            if p.kind[i] == ENTER:
+                src = p.ins[i][0][0] if p.ins[i] else None
+                if src is not None and self._out_frame(src) == fid and p.child_fid[i] != fid:
+                    out.add(p.child_fid[i])
+        return out
+
+    def _out_frame(self, s):
+        p = self.plan
+        if p.kind[s] == EXIT:
+            return p.frame_parent[p.fid[s]]
+        return p.fid[s]
+
+    def _item_inputs(self, it):
+        p = self.plan
+        if it[0] == "node":
+            return [s for s, _ in p.ins[it[1]]] + list(p.ctrl_ins[it[1]])
+        c = it[1]
+        srcs = []
+        for e in range(len(p.nodes)):
+            if p.kind[e] == ENTER and p.child_fid[e] == c:
+                srcs.extend(s for s, _ in p.ins[e])
+                srcs.extend(p.ctrl_ins[e])
+        return srcs
+
+    def _new_name(self, base):
+        self._counter += 1
+        return f"{base}{self._counter}"
+
+    # ------------------------------------------------------------------ code generation
+    def _gen(self, fid, fname, enters, merges, switches, exits, lc, order, body, maybe_dead, producer,
+             child_programs, tagged):
+        p = self.plan
+        L = []
+        w = L.append
+        w(f"def {fname}(ctx, kern, enters, tag):")
+        w("    _n = -1")
+        w("    try:")
+        for k, e in enumerate(enters):
+            w(f"        v{e}_0 = enters[{k}]")
+        for m in merges:
+            w(f"        v{m}_0 = v{p.ins[m][0][0]}_0")
+        w("        k = 0")
+        w("        while True:")
+        w(f"            _t = tag + ({fid}, k)")
+        if tagged:
+            w("            ctx.tag = _t")
+        ind = "            "
+        pre = [it for it in order if it not in body]
+        post = [it for it in order if it in body]
+        for it in pre:
+            self._gen_item(L, ind, it, maybe_dead, switches, merges, producer, child_programs)
+        pred = self._ref(p.ins[lc][0], switches, merges, producer)
+        w(f"{ind}if {pred} is DEAD:")
+        w(f"{ind}    return [DEAD] * {len(exits)}")
+        w(f"{ind}if not {pred}:")
+        w(f"{ind}    return [{', '.join(f'v{switches[p.ins[e][0][0]]}_0' for e in exits)}]")
+        for it in post:
+            self._gen_item(L, ind, it, maybe_dead, switches, merges, producer, child_programs)
+        nexts = []
+        for m in merges:
+            nx = [s for s, _ in p.ins[m] if p.kind[s] == NEXT][0]
+            nexts.append(self._ref(p.ins[nx][0], switches, merges, producer))
+        if merges:
+            w(f"{ind}{', '.join(f'v{m}_0' for m in merges)}, = {', '.join(nexts)},")
+        w(f"{ind}k += 1")
+        w("    except Exception as _e:")
+        w("        raise _wrap(_n, _e) from None")
+        self.helpers["_wrap"] = self._wrap
+        self.lines.extend(L)
+        self.lines.append("")
+
+    def _ref(self, src_port, switches, merges, producer):
+        s, port = src_port
+        p = self.plan
+        if s in switches:
+            return f"v{switches[s]}_0"
+        if s in producer:
+            c = producer[s][1]
+            return f"x{c}_{p.frame_exits[c].index(s)}"
+        return f"v{s}_{port}"
+
+    def _gen_item(self, L, ind, it, maybe_dead, switches, merges, producer, child_programs):
+        p = self.plan
+        w = L.append
+        if it[0] == "frame":
+            c = it[1]
+            c_enters = [e for e in range(len(p.nodes)) if p.kind[e] == ENTER and p.child_fid[e] == c]
+            args = [self._ref(p.ins[e][0], switches, merges, producer) for e in c_enters]
+            outs = ", ".join(f"x{c}_{k}" for k in range(len(p.frame_exits[c]))) or "_"
+            n = len(p.frame_exits[c])
+            call = f"{child_programs[c]}(ctx, kern, [{', '.join(args)}], _t)"
+            if it in maybe_dead and args:
+                w(f"{ind}if {' or '.join(f'{a} is DEAD' for a in args)}:")
+                w(f"{ind}    {outs}, = [DEAD] * {n}" if n else f"{ind}    pass")
+                w(f"{ind}else:")
+                w(f"{ind}    {outs}, = {call}" if n else f"{ind}    {call}")
+            else:
+                w(f"{ind}{outs}, = {call}" if n else f"{ind}{call}")
+            return
+        i = it[1]
+        kind = p.kind[i]
+        args = [self._ref(sp, switches, merges, producer) for sp in p.ins[i]]
+        ctrls = [self._ref((c, 0), switches, merges, producer) for c in p.ctrl_ins[i]]
+        nout = len(p.out_edges[i])
+        outs = [f"v{i}_{k}" for k in range(max(nout, 1))]   # a zero-output node gets a liveness marker
+        if kind == SWITCH:
+            d, pr = args
+            w(f"{ind}if {d} is DEAD or {pr} is DEAD:")
+            w(f"{ind}    {outs[0]} = {outs[1]} = DEAD")
+            w(f"{ind}elif {pr}:")
+            w(f"{ind}    {outs[0]}, {outs[1]} = DEAD, {d}")
+            w(f"{ind}else:")
+            w(f"{ind}    {outs[0]}, {outs[1]} = {d}, DEAD")
+            return
+        if kind == MERGE:
+            for k, a in enumerate(args):
+                w(f"{ind}{'if' if k == 0 else 'elif'} {a} is not DEAD:")
+                w(f"{ind}    {outs[0]}, {outs[1]} = {a}, np.int32({k})")
+            w(f"{ind}else:")
+            w(f"{ind}    {outs[0]} = {outs[1]} = DEAD")
+            return
+        dead_ctrl = [c for c in ctrls if c is not None]
+        checks = [a for a in args + dead_ctrl]
+        maybe = it in maybe_dead and checks
+        call = f"kern[{i}](ctx, ({', '.join(args)}{',' if len(args) == 1 else ''}))"
+        target = ", ".join(outs) + "," if nout else "_o"
+        pad = ind
+        if maybe:
+            w(f"{ind}if {' or '.join(f'{a} is DEAD' for a in checks)}:")
+            w(f"{ind}    {' = '.join(outs)} = DEAD")
+            w(f"{ind}else:")
+            pad = ind + "    "
+        w(f"{pad}_n = {i}")
+        w(f"{pad}{target} = {call}")
+        if not nout:
+            w(f"{pad}{outs[0]} = True")
+
+    def _wrap(self, i, e):
+        if i < 0:
+            return e if isinstance(e, DfcError) else DfcRuntimeError(f"{type(e).__name__}: {e}")
+        n = self.plan.nodes[i]
+        if isinstance(e, DfcError):
+            if e.node is None:
+                return type(e)(e.message, node=n.name, loc=e.loc or n.loc)
+            return e
+        return DfcRuntimeError(f"{n.op} failed: {type(e).__name__}: {e}", node=n.name, loc=n.loc)
+
+
+def _toposort(items, deps):
+    order, seen, temp = [], set(), set()
+    index = {it: k for k, it in enumerate(items)}
+
+    def visit(it):
+        if it in seen:
+            return
+        if it in temp:
+            raise NotFusable("cycle")
+        temp.add(it)
+        for d in sorted(deps.get(it, ()), key=lambda x: index.get(x, -1)):
+            if d in index:
+                visit(d)
+        temp.discard(it)
+        seen.add(it)
+        order.append(it)
+
+    for it in items:
+        visit(it)
+    return order
+
+
+def plan_dead():
+    from dfc.runtime.executor import DEAD
+    return DEAD
+
+
+def build_programs(plan):
+    """fid -> FrameProgram for every frame that can be fused."""
+    progs = {}
+    for fid in range(1, len(plan.frame_names)):
+        if not any(plan.fid[i] == fid for i in range(len(plan.nodes))):
+            continue
+        try:
+            progs[fid] = FrameProgram(plan, fid)
+        except NotFusable:
+            continue
+    return progs
