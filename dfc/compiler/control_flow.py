@@ -155,9 +155,11 @@ def cond(pred, true_fn, false_fn, names=None, name=None):
             continue
         if tv is None or fv is None:
             raise DfcTypeError(f"{label} is None in one branch of {state.name} but not the other", loc=loc)
+        both_weak = all(is_weak(v) or (isinstance(v, Tensor) and v.weak) for v in (tv, fv))
         tv, fv = _unify_pair(b, tctx, tv, fctx, fv, label, state.name, loc)
         m = b.make("Merge", (fv, tv), ctx=outer, name=b.unique(f"{state.name}_merge"),
                    raw=True)
+        m[0].weak = both_weak
         merged.append(m[0])
     state.merges = [m for m in merged if m is not None]
     state.branches = {1: tctx, 0: fctx}
@@ -252,7 +254,7 @@ def while_loop(cond_fn, body_fn, loop_vars, parallel_iterations=32, maximum_iter
     flat = nest.flatten(lv, True)
     names = list(names or [])
     labels = [names[k] if k < len(names) else f"loop variable {k}" for k in range(len(flat))]
-    weak = [is_weak(v) for v in flat]
+    weak = [is_weak(v) or (isinstance(v, Tensor) and v.weak) for v in flat]
     dtypes, shapes = [], []
     for v in flat:
         if v is None:
@@ -307,6 +309,7 @@ def _build_loop(b, cond_fn, body_fn, lv, flat, dtypes, shapes, weak, labels, tok
         ctx.enters.append(e)
         m = b.make1("Merge", (e, e), ctx=ctx, name=b.unique(f"{ctx.frame_name}_merge"))
         m.ttype = TType(t.dtype, all_shapes[k])
+        m.weak = k < n_user and weak[k]
         ctx.merges.append(m)
     b.ctx = ctx
     try:
@@ -334,6 +337,7 @@ def _build_loop(b, cond_fn, body_fn, lv, flat, dtypes, shapes, weak, labels, tok
             sw = b.make("Switch", (m, ctx.loop_cond), name=b.unique(f"{ctx.frame_name}_switch"))
             ctx.switches.append(sw)
             ident = b.make1("Identity", (sw[1],), name=b.unique(f"{ctx.frame_name}_body"))
+            ident.weak = m.weak
             ctx.identities.append(ident)
         ctx.pivot = ctx.identities[0]
         if token:
@@ -386,6 +390,7 @@ def _build_loop(b, cond_fn, body_fn, lv, flat, dtypes, shapes, weak, labels, tok
         b.ctx = outer
     for sw in ctx.switches:
         ex = b.make1("Exit", (sw[0],), ctx=ctx, out_ctx=outer, name=b.unique(f"{ctx.frame_name}_exit"))
+        ex.weak = len(ctx.exits) < n_user and weak[len(ctx.exits)]
         ctx.exits.append(ex)
     if token:
         b.last_effect[outer] = ctx.exits[-1].node

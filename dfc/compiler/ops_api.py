@@ -25,19 +25,48 @@ def _weak_to(x, d):
     return d
 
 
+def _is_weak(v):
+    return is_weak(v) or (isinstance(v, Tensor) and v.weak)
+
+
+def _weak_value(v):
+    """A stand-in Python scalar for a weak value (only its kind matters)."""
+    if isinstance(v, Tensor):
+        return 0.0 if v.dtype in dt.FLOATS else False if v.dtype == "bool" else 0
+    return v
+
+
 def operands(x, y):
-    """Both operands as tensors of one dtype (numpy promotion; Python scalars are weak)."""
+    """Both operands as tensors of one dtype (numpy promotion; Python scalars and weak tensors take
+    the dtype of the strongly typed side, as in JAX)."""
     xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
-    if xt and yt:
+    xw, yw = _is_weak(x), _is_weak(y)
+    if xt and yt and xw != yw:
+        d = _weak_to(_weak_value(x), y.dtype) if xw else _weak_to(_weak_value(y), x.dtype)
+    elif xt and yt:
         d = dt.promote(x.dtype, y.dtype)
     elif xt:
-        d = _weak_to(y, x.dtype) if is_weak(y) else dt.promote(x.dtype, const_array(y).dtype)
+        d = _weak_to(y, x.dtype) if is_weak(y) and not x.weak else \
+            dt.promote(x.dtype, const_array(y).dtype.name) if not is_weak(y) else _weak_pair(x, y)
     elif yt:
-        d = _weak_to(x, y.dtype) if is_weak(x) else dt.promote(const_array(x).dtype, y.dtype)
+        d = _weak_to(x, y.dtype) if is_weak(x) and not y.weak else \
+            dt.promote(const_array(x).dtype.name, y.dtype) if not is_weak(x) else _weak_pair(y, x)
     else:
         x, y = convert(x), convert(y)
         d = dt.promote(x.dtype, y.dtype)
     return _as(x, d), _as(y, d)
+
+
+def _weak_pair(t, v):
+    """A weak tensor meets a Python scalar: stays weak; a float scalar makes an int one float."""
+    if isinstance(v, float) and t.dtype not in dt.FLOATS:
+        return "float32"
+    return t.dtype
+
+
+def _result_weak(t, x, y):
+    t.weak = _is_weak(x) and _is_weak(y)
+    return t
 
 
 def _as(x, d):
@@ -48,8 +77,9 @@ def _as(x, d):
 
 def _binary(op):
     def fn(x, y, name=None):
-        x, y = operands(x, y)
-        return _b().make1(op, (x, y))
+        xx, yy = operands(x, y)
+        t = _b().make1(op, (xx, yy))
+        return _result_weak(t, x, y) if t.dtype != "bool" else t
     fn.__name__ = op.lower()
     return fn
 
@@ -64,10 +94,10 @@ logical_and, logical_or = _binary("LogicalAnd"), _binary("LogicalOr")
 
 
 def divide(x, y):
-    x, y = operands(x, y)
-    if x.dtype not in dt.FLOATS:     # numpy true division of integers gives float64
-        x, y = cast(x, "float64"), cast(y, "float64")
-    return _b().make1("Div", (x, y))
+    xx, yy = operands(x, y)
+    if xx.dtype not in dt.FLOATS:     # numpy true division of integers gives float64
+        xx, yy = cast(xx, "float64"), cast(yy, "float64")
+    return _b().make1("Div", (xx, yy))
 
 
 def _unary(op, float_only=False):

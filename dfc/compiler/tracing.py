@@ -78,6 +78,7 @@ class Builder:
         self.last_effect = {}     # control context -> name of its last side-effect node
         self.effect_count = 0
         self.variables = {}
+        self.tensors = {}         # node name -> its output Tensors (with their contexts); read by autodiff
 
     def unique(self, base):
         base = base.replace(":", "_").replace("^", "_") or "node"
@@ -129,7 +130,9 @@ class Builder:
         if op in EFFECT_OPS:
             self.last_effect[ctx] = node.name
             self.effect_count += 1
-        return [Tensor(self, node.name, i, tt, out_ctx) for i, tt in enumerate(types)]
+        outs = [Tensor(self, node.name, i, tt, out_ctx) for i, tt in enumerate(types)]
+        self.tensors[node.name] = outs
+        return outs
 
     def make1(self, op, inputs=(), attrs=None, **kw):
         return self.make(op, inputs, attrs, **kw)[0]
@@ -180,11 +183,14 @@ class building:
 class Tensor:
     """A symbolic tensor: output `port` of node `node` in the graph being built."""
 
-    __slots__ = ("builder", "node", "port", "ttype", "ctx")
+    __slots__ = ("builder", "node", "port", "ttype", "ctx", "weak")
     __array_priority__ = 1000
 
-    def __init__(self, builder, node, port, ttype, ctx):
+    def __init__(self, builder, node, port, ttype, ctx, weak=False):
         self.builder, self.node, self.port, self.ttype, self.ctx = builder, node, port, ttype, ctx
+        # Weakly typed: holds a value that started as a Python scalar (a loop counter `i = 0`);
+        # like a Python scalar it takes the dtype of the strongly typed tensor it meets.
+        self.weak = weak
 
     @property
     def ref(self):
@@ -299,6 +305,7 @@ def trace(fn, args=(), kwargs=None, name=None):
             t = b.make1("Placeholder", (), {"dtype": spec.dtype,
                                              "shape": None if spec.shape is None else list(spec.shape)},
                         name=node)
+            b.graph.nodes[node].loc = None     # the caller of trace is not the input's location
             inputs.append({"name": pname, "node": node, "dtype": spec.dtype,
                            "shape": None if spec.shape is None else list(spec.shape)})
             return t

@@ -89,7 +89,9 @@ class Graph:
 
     def summary(self):
         counts = self.count_ops()
-        conds = len({n.attrs.get("cond") for n in self.nodes.values() if n.op == "Merge" and "cond" in n.attrs})
+        loop_preds = {n.inputs[1] for n in self.nodes.values() if n.op == "Switch"
+                      and self.nodes[parse_input(n.inputs[1])[0]].op == "LoopCond"}
+        conds = len({n.inputs[1] for n in self.nodes.values() if n.op == "Switch" and n.inputs[1] not in loop_preds})
         loops = len({n.attrs["frame_name"] for n in self.nodes.values() if n.op == "Enter"})
         return {"nodes": len(self.nodes), "conds": conds, "loops": loops,
                 "switches": counts.get("Switch", 0), "merges": counts.get("Merge", 0)}

@@ -664,3 +664,10 @@ def check_attr(kind, v, what, node):
             raise bad()
         return v
     return v  # json
+
+# ---------------------------------------------------------------- gradients (autodiff additions)
+
+# The gradient TensorArray of a forward TensorArray (§5.2): writes accumulate,
+# and an element never written reads as zeros shaped like the forward element.
+register("TensorArrayGrad", ("handle",), 2, {"dtype": ("dtype", REQUIRED), "element_shape": ("shape", None)},
+         lambda a, ins: [_H, _FLOW], stateful=True)

@@ -10,7 +10,6 @@ import builtins
 import functools
 import inspect
 import os
-import sys
 import sysconfig
 
 from dfc.compiler.autograph import core, iterables, tensor_list

@@ -8,7 +8,6 @@ closure/defaults is cheap and happens on every call.
 """
 import itertools
 import types
-import weakref
 
 import gast
 
@@ -59,7 +58,7 @@ def convert_tree(node, ctx):
 
 def convert_code(fn):
     """Convert fn's code (cached per code object)."""
-    key = fn.__code__
+    key = (fn.__code__, fn.__code__.co_filename)
     hit = _cache.get(key)
     if hit is not None:
         return hit

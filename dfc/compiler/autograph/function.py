@@ -10,6 +10,7 @@
 """
 import functools
 import inspect
+import warnings
 
 import numpy as np
 
@@ -51,7 +52,13 @@ class Function:
                 f"`yield` is not supported in dfc.function ({fn.__qualname__} is a generator); "
                 f"return a list or use dfc.TensorArray instead",
                 loc=f"{filename}:{_first_yield_line(fn, offset)}")
-        converted = conversion.convert(fn)
+        try:
+            converted = conversion.convert(fn)
+        except parser.SourceUnavailable as e:
+            warnings.warn(f"dfc.function cannot read the source of {fn.__qualname__} ({e}); it is "
+                          f"traced without conversion, so `if`/`while` on tensors will fail. "
+                          f"Define it in a file to convert it.", stacklevel=3)
+            converted = fn
         if self._instance is not None:
             return converted.__get__(self._instance)
         return converted
@@ -127,6 +134,8 @@ class Function:
         if entry is not None:
             return entry[0]
         converted = self.converted_python_function()
+        if self._instance is not None:
+            converted = converted.__func__
 
         @functools.wraps(self.python_function)
         def traced(*a, **k):

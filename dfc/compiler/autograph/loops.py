@@ -171,7 +171,9 @@ def _check_dtypes(before, after, loc):
         if a.undefined or b.undefined:
             continue
         for x, y in zip(a.leaves, b.leaves):
-            if core.is_tensor(x) and core.is_tensor(y) and x.dtype != y.dtype:
+            if core.is_tensor(x) and core.is_tensor(y) and x.dtype != y.dtype and not x.weak:
+                # (a weakly typed variable, e.g. `s = 0`, takes the dtype the body gives it:
+                # dfc.while_loop retraces the loop with that dtype)
                 raise DfcLoopVariableError(
                     f"loop variable {describe(a.name)} is {x.dtype} when the loop starts and "
                     f"{y.dtype} after an iteration; cast it (dfc.cast) so its dtype stays the "

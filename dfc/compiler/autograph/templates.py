@@ -76,9 +76,15 @@ class _Replacer(gast.NodeTransformer):
     visit_Global = visit_Nonlocal
 
 
+_PARSED = {}
+
+
 def replace(template, **replacements):
     """Parse `template` and substitute placeholders; returns a list of statements."""
-    tree = gast.parse(textwrap.dedent(template))
+    parsed = _PARSED.get(template)
+    if parsed is None:
+        parsed = _PARSED[template] = gast.parse(textwrap.dedent(template))
+    tree = copy.deepcopy(parsed)
     tree = _Replacer(replacements).visit(tree)
     return tree.body
 

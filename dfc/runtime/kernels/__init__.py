@@ -6,5 +6,6 @@ skips a kernel whose inputs are dead (Figure 5).
 """
 from dfc.runtime.kernels.registry import KERNELS, kernel_for
 from dfc.runtime.kernels import math_kernels, array_kernels, state_kernels, control_kernels  # noqa: F401
+from dfc.runtime.kernels import grad_kernels  # noqa: F401
 
 __all__ = ["KERNELS", "kernel_for"]

@@ -1,9 +1,7 @@
 """`assert test, msg` -> `ag__.assert_stmt(test, lambda: msg)` (an Assert op on tensors)."""
-import gast
 
 from dfc.compiler.autograph import templates
 from dfc.compiler.autograph.transformer import Converter
-
 
 class Asserts(Converter):
     def visit_Assert(self, node):

@@ -1,0 +1,51 @@
+"""Kernels of the ops only gradients use (the gradient TensorArray of §5.2)."""
+import numpy as np
+
+from dfc.errors import DfcRuntimeError
+from dfc.runtime.kernels.registry import kernel
+from dfc.runtime.kernels.state_kernels import FLOW, TensorArrayStore
+
+
+class GradTensorArrayStore(TensorArrayStore):
+    """Holds d(loss)/d(element) for each element of `forward`; writes to one index add up."""
+    __slots__ = ("forward",)
+
+    def __init__(self, forward, dtype, element_shape):
+        super().__init__(dtype, 0, True, element_shape, True)
+        self.forward = forward
+
+    def __len__(self):
+        return max(len(self.items), len(self.forward.items))
+
+    def read(self, i):
+        i = int(i)
+        if i < 0:
+            raise DfcRuntimeError(f"TensorArray index {i} is negative")
+        if i < len(self.items) and self.items[i] is not None:
+            return self.items[i]
+        if i < len(self.forward.items) and self.forward.items[i] is not None:
+            return np.zeros_like(self.forward.items[i], dtype=self.dtype)
+        es = self.element_shape
+        if es is not None and None not in es:
+            return np.zeros(es, self.dtype)
+        raise DfcRuntimeError(f"gradient of TensorArray element {i}, which was never written")
+
+    def stack(self, xp, indices=None):
+        if indices is None:
+            indices = range(len(self))
+        idx = [int(i) for i in np.asarray(list(indices) if isinstance(indices, range) else indices).reshape(-1)]
+        vals = [self.read(i) for i in idx]
+        if not vals:
+            es = self.element_shape
+            return xp.zeros((0,) + tuple(0 if d is None else d for d in (es or ())), self.dtype)
+        return xp.stack(vals)
+
+
+@kernel("TensorArrayGrad")
+def _ta_grad(node, xp):
+    at = node.attrs
+
+    def f(ctx, a):
+        es = at.get("element_shape")
+        return (GradTensorArrayStore(a[0], at["dtype"], None if es is None else tuple(es)), FLOW)
+    return f

@@ -1,0 +1,205 @@
+"""Every conversion error names the variable and the user's file:line."""
+import inspect
+
+import numpy as np
+import pytest
+
+import dfc
+from dfc.errors import DfcError, DfcConversionError, DfcTypeError
+from dfc.compiler.autograph import function
+from dfc.compiler.autograph.errors import DfcUndefinedVariableError, DfcUnsupportedSyntaxError
+
+f32, i32 = np.float32, np.int32
+
+
+def line_of(fn, text):
+    """The file line number of the first source line of fn containing text."""
+    lines, first = inspect.getsourcelines(fn)
+    for i, line in enumerate(lines):
+        if text in line:
+            return first + i
+    raise AssertionError(text)
+
+
+def expect(exc_type, fn, args, name, marker):
+    with pytest.raises(exc_type) as info:
+        function(fn)(*args)
+    message = str(info.value)
+    assert name in message, message
+    assert f"test_autograph_errors.py:{line_of(fn, marker)}" in message, message
+    return message
+
+
+def test_defined_in_one_branch():
+    def f(x):
+        if x > 0:  # MARK
+            y = x * 2
+        return y
+    msg = expect(DfcUndefinedVariableError, f, (f32(1.0),), "'y'", "# MARK")
+    assert "only one branch" in msg
+
+
+def test_defined_in_one_branch_python_condition_is_fine():
+    def f(x, flag):
+        if flag:
+            y = x * 2
+        return y
+    assert function(f)(f32(1.0), True) == 2.0
+
+
+def test_loop_variable_dtype_change():
+    def f(x, n):
+        s = n * 0
+        while n > 0:  # MARK
+            s = s + x
+            n -= 1
+        return s
+    expect(DfcTypeError, f, (f32(1.5), i32(3)), "s", "# MARK")
+
+
+def test_loop_variable_structure_change():
+    def f(n):
+        pair = (n, n)
+        while n > 0:  # MARK
+            pair = (n, n, n)
+            n -= 1
+        return pair
+    msg = expect(DfcTypeError, f, (i32(3),), "'pair'", "# MARK")
+    assert "structure" in msg
+
+
+def test_variable_first_created_in_tensor_loop():
+    def f(n):
+        i = 0
+        while i < n:  # MARK
+            last = i * 2
+            i += 1
+        return last
+    msg = expect(DfcUndefinedVariableError, f, (i32(3),), "'last'", "# MARK")
+    assert "zero times" in msg
+
+
+def test_for_target_used_after_tensor_loop():
+    def f(n):
+        for i in range(n):  # MARK
+            pass
+        return i
+    expect(DfcUndefinedVariableError, f, (i32(3),), "'i'", "# MARK")
+
+
+def test_yield():
+    def f(x):
+        yield x  # MARK
+    expect(DfcConversionError, f, (f32(1.0),), "yield", "# MARK")
+
+
+def test_yield_in_nested_position():
+    def f(x):
+        for i in range(3):
+            x = yield x  # MARK
+    expect(DfcUnsupportedSyntaxError, f, (f32(1.0),), "yield", "# MARK")
+
+
+def test_try_around_control_flow():
+    def f(x):
+        try:
+            if x > 0:  # MARK
+                x = x + 1
+        except ValueError:
+            pass
+        return x
+    expect(DfcConversionError, f, (f32(1.0),), "try", "# MARK")
+
+
+COUNTER = 0
+
+
+def test_global_write_in_control_flow():
+    def f(x):
+        global COUNTER
+        if x > 0:  # MARK
+            COUNTER = COUNTER + 1
+        return x
+    expect(DfcConversionError, f, (f32(1.0),), "'COUNTER'", "# MARK")
+
+
+def test_nonlocal_write_in_control_flow():
+    total = 0
+
+    def f(x):
+        nonlocal total
+        while x > 0:  # MARK
+            total += 1
+            x -= 1
+        return x
+    expect(DfcConversionError, f, (f32(1.0),), "'total'", "# MARK")
+
+
+def test_bool_of_tensor():
+    def f(x):
+        flag = bool(x > 0)  # MARK
+        return flag
+    with pytest.raises(DfcConversionError) as info:
+        function(f)(f32(1.0))
+    assert f"test_autograph_errors.py:{line_of(f, '# MARK')}" in str(info.value)
+    assert "bool()" in str(info.value)
+
+
+def test_bool_of_tensor_in_comprehension():
+    def f(xs):
+        return [v for v in [xs[0], xs[1]] if v > 0]  # MARK
+    with pytest.raises(DfcError) as info:
+        function(f)(np.array([1.0, 2.0], np.float32))
+    assert f"test_autograph_errors.py:{line_of(f, '# MARK')}" in str(info.value)
+
+
+def test_error_in_loop_body_points_at_user_line():
+    def f(a, n):
+        i = 0
+        while i < n:
+            a = dfc.matmul(a, np.ones([3, 3], np.float32))  # MARK
+            i += 1
+        return a
+    with pytest.raises(DfcError) as info:
+        function(f)(np.ones([2, 2], np.float32), i32(2))
+    assert f"test_autograph_errors.py:{line_of(f, '# MARK')}" in str(info.value)
+
+
+def test_undefined_in_python_code_names_variable():
+    def f(x, flag):
+        if flag:
+            y = 1
+        return x + y  # MARK
+    with pytest.raises(DfcUndefinedVariableError) as info:
+        function(f)(f32(1.0), False)
+    assert "'y'" in str(info.value)
+    assert f"test_autograph_errors.py:{line_of(f, '# MARK')}" in str(info.value)
+
+
+def test_python_value_changes_in_tensor_branch():
+    def f(x):
+        mode = "a"
+        if x > 0:  # MARK
+            mode = "b"
+        return x, mode
+    expect(DfcTypeError, f, (f32(1.0),), "'mode'", "# MARK")
+
+
+def test_cond_branch_dtype_mismatch_bool():
+    def f(x):
+        if x > 0:  # MARK
+            y = x > 1
+        else:
+            y = x
+        return y
+    expect(DfcTypeError, f, (f32(1.0),), "y", "# MARK")
+
+
+def test_list_length_differs_between_branches():
+    def f(x):
+        out = []
+        if x > 0:  # MARK
+            out.append(x)
+        return out
+    msg = expect(DfcTypeError, f, (f32(1.0),), "'out'", "# MARK")
+    assert "TensorArray" in msg
