@@ -21,7 +21,10 @@ class TensorRange:
         return -((self.start - self.limit) // self.delta)
 
     def get(self, i):
-        return self.start + i * self.delta
+        v = self.start + i * self.delta
+        if isinstance(self.start, int) and isinstance(self.delta, int) and core.is_tensor(v):
+            v.weak = True   # like the Python int it stands for: x * i keeps x's dtype
+        return v
 
 
 class TensorEnumerate:
@@ -65,7 +68,7 @@ def tensor_iteration(x):
         return tensor_iteration(x.ta)
     if isinstance(x, TensorEnumerate):
         inner = tensor_iteration(_as_tensor_iterable(x.iterable))
-        return Iteration(inner.length, lambda i: (x.start + i, inner.get(i)), inner.counter_dtype)
+        return Iteration(inner.length, lambda i: (_weak_index(x.start + i), inner.get(i)), inner.counter_dtype)
     if isinstance(x, TensorZip):
         inners = [tensor_iteration(_as_tensor_iterable(it)) for it in x.iterables]
         n = inners[0].length
@@ -73,6 +76,12 @@ def tensor_iteration(x):
             n = _minimum(n, other.length)
         return Iteration(n, lambda i: tuple(it.get(i) for it in inners), _counter_dtype(n))
     return None
+
+
+def _weak_index(v):
+    if core.is_tensor(v):
+        v.weak = True
+    return v
 
 
 def _as_tensor_iterable(x):
