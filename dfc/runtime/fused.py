@@ -252,6 +252,10 @@ class FrameProgram:
         maybe = it in maybe_dead and checks
         call = f"kern[{i}](ctx, ({', '.join(args)}{',' if len(args) == 1 else ''}))"
         target = ", ".join(outs) + "," if nout else "_o"
+        direct = getattr(p.kern[i], "elementwise", None)
+        if direct is not None and nout == 1:     # a plain function of its inputs: call it directly
+            self.helpers[f"e{i}"] = direct
+            call, target = f"e{i}({', '.join(args)})", outs[0]
         pad = ind
         if maybe:
             w(f"{ind}if {' or '.join(f'{a} is DEAD' for a in checks)}:")

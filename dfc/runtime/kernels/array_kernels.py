@@ -151,10 +151,17 @@ def _dyn(p, dyn):
 @kernel("GetItem")
 def _getitem(node, xp):
     spec = node.attrs["spec"]
+    if all(i.startswith("^") for i in node.inputs[1:]):
+        static = build_index(spec, ())      # no tensor in the index: build it once
+
+        def f(ctx, a):
+            r = a[0][static]
+            return (r if r.ndim else xp.asarray(r),)
+        return f
 
     def f(ctx, a):
         r = a[0][build_index(spec, a[1:])]
-        return (xp.asarray(r) if not hasattr(r, "dtype") or r.ndim == 0 else r,)
+        return (r if r.ndim else xp.asarray(r),)
     return f
 
 
@@ -162,10 +169,15 @@ def _getitem(node, xp):
 def _getitem_grad(node, xp):
     spec = node.attrs["spec"]
 
+    advanced = any(item[0] == "tensor" for item in spec)
+
     def f(ctx, a):
         g, shape = a[0], _as_shape(a[1])
         out = xp.zeros(shape, dtype=g.dtype)
-        xp.add.at(out, build_index(spec, a[2:]), g)
+        if advanced:    # an index array may repeat positions: accumulate
+            xp.add.at(out, build_index(spec, a[2:]), g)
+        else:           # basic indexing selects each position at most once
+            out[build_index(spec, a[2:])] = g
         return (out,)
     return f
 

@@ -16,3 +16,11 @@ def _switch(node, xp):
 @kernel("Merge")
 def _merge(node, xp):
     return lambda ctx, a: (a[0], xp.asarray(0, dtype="int32"))
+
+
+@kernel("Send", "Recv")
+def _transfer(node, xp):
+    # The executor implements both (they talk to the run's rendezvous, asynchronously for Recv).
+    def f(ctx, a):
+        raise RuntimeError(f"{node.op} runs only inside a partitioned run")
+    return f

@@ -1,0 +1,82 @@
+"""dfc side of the LSTM training-step benchmark (forward while_loop + gradients through it).
+
+    python -m benchmarks.lstm [--size small|large] [--reps 5] [--unrolled]
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import dfc
+from benchmarks.lstm_problem import SIZES, make_inputs, numpy_loss_and_grads, max_rel_error
+
+
+def lstm_loss(x, W, b, H, unrolled=False):
+    T, B = x.shape[0], x.shape[1]
+
+    def cell(xt, h, c):
+        z = dfc.matmul(dfc.concat([xt, h], 1), W) + b
+        i, f, o = dfc.sigmoid(z[:, :H]), dfc.sigmoid(z[:, H:2 * H]), dfc.sigmoid(z[:, 2 * H:3 * H])
+        g = dfc.tanh(z[:, 3 * H:])
+        c = f * c + i * g
+        return o * dfc.tanh(c), c
+
+    h = c = dfc.zeros([B, H])
+    if unrolled:
+        acc = dfc.constant(np.float32(0))
+        for t in range(T):
+            h, c = cell(x[t], h, c)
+            acc = acc + dfc.reduce_sum(h)
+    else:
+        def body(t, h, c, acc):
+            h, c = cell(x[t], h, c)
+            return t + 1, h, c, acc + dfc.reduce_sum(h)
+        _, h, c, acc = dfc.while_loop(lambda t, h, c, acc: t < T, body, (0, h, c, dfc.constant(np.float32(0))))
+    return acc + dfc.reduce_sum(h * h)
+
+
+def build(H, B, T, unrolled=False):
+    def step(x, W, b):
+        loss = lstm_loss(x, W, b, H, unrolled)
+        dW, db = dfc.gradients(loss, [W, b])
+        return loss, dW, db
+    f32 = "float32"
+    return dfc.trace(step, dfc.TensorSpec([T, B, H], f32), dfc.TensorSpec([2 * H, 4 * H], f32),
+                     dfc.TensorSpec([4 * H], f32))
+
+
+def median_ms(fn, reps):
+    fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e3
+
+
+def run(size="small", reps=5, unrolled=False, mode="threads"):
+    cfg = SIZES[size]
+    H, B, T = cfg["H"], cfg["B"], cfg["T"]
+    x, W, b = make_inputs(H, B, T)
+    g = build(H, B, T, unrolled)
+    s = dfc.Session(g, mode=mode)
+    loss, dW, db = s.call(x, W, b)
+    ref_loss, ref_dW, ref_db = numpy_loss_and_grads(x, W, b)
+    err = max(max_rel_error(dW, ref_dW), max_rel_error(db, ref_db))
+    return {"ms_per_step": median_ms(lambda: s.call(x, W, b), reps), "max_rel_error_vs_numpy": err,
+            "numpy_ms_per_step": median_ms(lambda: numpy_loss_and_grads(x, W, b), reps), "nodes": g.num_nodes(),
+            "grads": (dW, db)}
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", default="small", choices=sorted(SIZES))
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--unrolled", action="store_true")
+    ap.add_argument("--mode", default="threads")
+    a = ap.parse_args()
+    r = run(a.size, a.reps, a.unrolled, a.mode)
+    r.pop("grads")
+    print(r)
