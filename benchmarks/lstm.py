@@ -17,8 +17,8 @@ def lstm_loss(x, W, b, H, unrolled=False):
 
     def cell(xt, h, c):
         z = dfc.matmul(dfc.concat([xt, h], 1), W) + b
-        i, f, o = dfc.sigmoid(z[:, :H]), dfc.sigmoid(z[:, H:2 * H]), dfc.sigmoid(z[:, 2 * H:3 * H])
-        g = dfc.tanh(z[:, 3 * H:])
+        zi, zf, zo, zg = dfc.split(z, 4, axis=1)
+        i, f, o, g = dfc.sigmoid(zi), dfc.sigmoid(zf), dfc.sigmoid(zo), dfc.tanh(zg)
         c = f * c + i * g
         return o * dfc.tanh(c), c
 

@@ -14,7 +14,7 @@ _OPS = ("constant add subtract multiply divide floordiv mod pow maximum minimum 
         "rsqrt exp log log1p sin cos tanh sigmoid relu floor ceil round reciprocal less less_equal greater "
         "greater_equal equal not_equal logical_and logical_or logical_not isfinite identity stop_gradient cast "
         "matmul reduce_sum reduce_mean reduce_max reduce_min reduce_prod reduce_all reduce_any argmax argmin "
-        "reshape transpose expand_dims squeeze concat stack unstack gather where shape size rank fill zeros "
+        "reshape transpose expand_dims squeeze concat stack unstack split gather where shape size rank fill zeros "
         "ones zeros_like ones_like broadcast_to range softmax log_softmax one_hot random_uniform random_normal "
         "print Assert clip").split()
 

@@ -213,6 +213,11 @@ def unstack(x, num=None, axis=0):
     return _b().make(("Unstack"), (x,), {"num": num, "axis": axis})
 
 
+def split(x, num, axis=0):
+    """numpy.split into `num` equal parts along `axis` (a list of tensors)."""
+    return _b().make("Split", (convert(x),), {"num": int(num), "axis": axis})
+
+
 def gather(params, indices, axis=0):
     ind = convert(indices)
     if ind.dtype not in dt.INTS:

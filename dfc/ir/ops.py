@@ -371,6 +371,20 @@ def _unstack_infer(attrs, ins):
 register("Unstack", ("x",), lambda a, n: a["num"], {"num": ("int", REQUIRED), "axis": ("int", 0)}, _unstack_infer)
 
 
+def _split_infer(attrs, ins):
+    s, num = ins[0].shape, attrs["num"]
+    if s is None:
+        return [TType(ins[0].dtype, None)] * num
+    ax = _norm_axes(attrs["axis"], len(s))[0]
+    if s[ax] is not None and s[ax] % num:
+        raise DfcTypeError(f"Split: dimension {ax} of size {s[ax]} does not split into {num} equal parts")
+    part = None if s[ax] is None else s[ax] // num
+    return [TType(ins[0].dtype, s[:ax] + (part,) + s[ax + 1:])] * num
+
+
+register("Split", ("x",), lambda a, n: a["num"], {"num": ("int", REQUIRED), "axis": ("int", 0)}, _split_infer)
+
+
 def _broadcast_to_infer(attrs, ins):
     return [TType(ins[0].dtype, _fill_shape(ins[1]))]
 
@@ -671,3 +685,22 @@ def check_attr(kind, v, what, node):
 # and an element never written reads as zeros shaped like the forward element.
 register("TensorArrayGrad", ("handle",), 2, {"dtype": ("dtype", REQUIRED), "element_shape": ("shape", None)},
          lambda a, ins: [_H, _FLOW], stateful=True)
+
+
+# ---------------------------------------------------------------- devices (partitioning, §3, §4.4)
+# A cross-device edge becomes Send (on the producer's device) -> Recv (on the consumer's device).
+# The rendezvous key is tensor_name plus the frame tag of the iteration, so a loop's many instances never
+# collide. A Send with no data input carries only a control edge (its value is a token). Both always run:
+# a dead input crosses as a dead signal, so a Recv on an untaken branch finishes (§4.4).
+_XFER_ATTRS = {"tensor_name": ("str", REQUIRED), "send_device": ("str", REQUIRED),
+               "recv_device": ("str", REQUIRED), "dtype": ("dtype", "bool"), "shape": ("shape", None)}
+
+
+def _send_infer(attrs, ins):
+    if len(ins) > 1:
+        raise DfcTypeError("Send takes at most one data input")
+    return []
+
+
+register("Send", ("*x",), 0, dict(_XFER_ATTRS), _send_infer, stateful=True)
+register("Recv", (), 1, dict(_XFER_ATTRS), lambda a, ins: [TType(a["dtype"], a["shape"])], stateful=True)

@@ -125,6 +125,17 @@ def _unstack(node, xp):
     return f
 
 
+@kernel("Split")
+def _split(node, xp):
+    ax, num = node.attrs.get("axis", 0), node.attrs["num"]
+
+    def f(ctx, a):
+        if a[0].shape[ax] % num:
+            raise ValueError(f"dimension {ax} of size {a[0].shape[ax]} does not split into {num} equal parts")
+        return tuple(xp.split(a[0], num, axis=ax))
+    return f
+
+
 def build_index(spec, dyn):
     idx = []
     for item in spec:
