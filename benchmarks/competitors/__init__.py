@@ -1,0 +1,51 @@
+"""Competitor systems run in their own virtual environment, never as dfc dependencies."""
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VENV = os.path.join(os.path.dirname(HERE), ".venv-competitors")
+PACKAGES = {"tensorflow": ["tensorflow-cpu"], "jax": ["jax", "jaxlib"], "torch": ["torch==2.13.0"]}
+SCRIPTS = {"tensorflow": "tf_bench.py", "jax": "jax_bench.py", "torch": "torch_bench.py"}
+IMPORTS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
+
+
+def python():
+    return os.path.join(VENV, "bin", "python")
+
+
+def ensure(log=print):
+    """Create the venv and install each competitor; return {name: version or None}."""
+    if not os.path.exists(python()):
+        log(f"creating {VENV}")
+        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
+        subprocess.run([python(), "-m", "pip", "install", "-q", "--upgrade", "pip", "numpy"], check=False)
+    versions = {}
+    for name, pkgs in PACKAGES.items():
+        v = _version(name)
+        if v is None:
+            log(f"installing {' '.join(pkgs)} into {VENV}")
+            subprocess.run([python(), "-m", "pip", "install", "-q", *pkgs], check=False)
+            v = _version(name)
+        versions[name] = v
+    return versions
+
+
+def _version(name):
+    r = subprocess.run([python(), "-c", f"import {IMPORTS[name]} as m; print(m.__version__)"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def run(name, config, timeout=1800):
+    """Run one competitor task; returns its JSON result or {"error": ...}."""
+    try:
+        r = subprocess.run([python(), os.path.join(HERE, SCRIPTS[name]), json.dumps(config)],
+                           capture_output=True, text=True, timeout=timeout,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out"}
+    if r.returncode:
+        return {"error": (r.stderr.strip().splitlines() or ["failed"])[-1][:200]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
