@@ -6,12 +6,10 @@ executors, and for an out-of-graph loop (Python calling a one-step graph).
 """
 import argparse
 import json
-import statistics
-import time
-
 import numpy as np
 
 import dfc
+from benchmarks.bench_util import median_time
 
 
 def build():
@@ -25,14 +23,6 @@ def nodes_per_iteration(g):
     return sum(1 for n in g.nodes.values() if n.op not in ("Placeholder", "Const", "Enter", "Exit")) + 1
 
 
-def median_time(fn, reps):
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main(argv=None):

@@ -3,12 +3,10 @@
     python -m benchmarks.lstm [--size small|large] [--reps 5] [--unrolled]
 """
 import argparse
-import statistics
-import time
-
 import numpy as np
 
 import dfc
+from benchmarks.bench_util import median_time
 from benchmarks.lstm_problem import SIZES, make_inputs, numpy_loss_and_grads, max_rel_error
 
 
@@ -47,13 +45,7 @@ def build(H, B, T, unrolled=False):
 
 
 def median_ms(fn, reps):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts) * 1e3
+    return median_time(fn, reps) * 1e3
 
 
 def run(size="small", reps=5, unrolled=False, mode="threads"):

@@ -2,22 +2,12 @@
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from lstm_problem import make_inputs  # noqa: E402
-
-
-def timed(fn, reps):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
+from bench_util import median_time as timed  # noqa: E402
 
 
 def loop(n, reps):
