@@ -14,6 +14,15 @@ One scheduler thread owns all bookkeeping (no locks); in "threads" mode heavy
 kernels run on a thread pool (numpy releases the GIL) while cheap nodes run
 inline. "reference" mode runs everything inline in FIFO order and is the
 living definition: both modes must give identical results.
+
+A partition of a multi-device graph (dfc/runtime/partition.py) runs as one
+Run with a `Transport`: Send puts its value (or DEAD) in the run's rendezvous
+under (tensor name, devices, frame tag) and never blocks; Recv registers a
+callback and never blocks the scheduler either: its value comes back through
+the partition's completion queue like a pool kernel's (§4.3: "all Recv nodes
+are regarded as source nodes"). Both run even when dead, so a dead signal
+crosses devices (§4.4). On a device that accounts memory, every live array is
+reference counted from the node that makes it until its last consumer is done.
 """
 import collections
 import queue
@@ -27,7 +36,9 @@ from dfc.ir import ops as opreg
 from dfc.ir.graph import ROOT_FRAME, parse_input
 from dfc.runtime.kernels import kernel_for
 
-NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT = range(6)
+NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, SEND, RECV = range(8)
+_XFER = {"Send": SEND, "Recv": RECV}
+TOKEN = np.bool_(True)    # the value a Send of a control edge carries
 _KIND = {"switch": SWITCH, "merge": MERGE, "enter": ENTER, "exit": EXIT, "next_iteration": NEXT}
 HEAVY_ELEMENTS = 16384   # below this many input elements a heavy kernel still runs inline
 
@@ -45,11 +56,24 @@ FIRED = ()   # marks a Merge that already fired in an iteration
 
 
 class KernelContext:
-    """What a kernel may see besides its inputs."""
-    __slots__ = ("variables", "run_count", "tag", "print")
+    """What a kernel may see besides its inputs.
 
-    def __init__(self, variables, run_count, printer):
+    memory: the device's MemoryTracker when it accounts bytes (else None);
+    swapper: the device's Swapper when stack swapping is on (dfc/runtime/memory.py).
+    """
+    __slots__ = ("variables", "run_count", "tag", "print", "memory", "swapper", "device")
+
+    def __init__(self, variables, run_count, printer, memory=None, swapper=None, device=None):
         self.variables, self.run_count, self.tag, self.print = variables, run_count, (), printer
+        self.memory, self.swapper, self.device = memory, swapper, device
+
+
+class Transport:
+    """How a partition talks to the others: the run's rendezvous and its completion queue."""
+    __slots__ = ("name", "rendezvous", "coord")
+
+    def __init__(self, name, rendezvous, coord):
+        self.name, self.rendezvous, self.coord = name, rendezvous, coord
 
 
 class Frame:
@@ -76,16 +100,28 @@ class Iter:
 class Plan:
     """Precomputed per-node tables for one (fetches, feeds, targets) subgraph."""
 
-    def __init__(self, graph, fetches, feed_names, targets, xp=np, parallel_iterations=None, fuse=False):
-        self.graph = graph
+    def __init__(self, graph, fetches, feed_names, targets, xp=np, parallel_iterations=None, fuse=False,
+                 frame_ids=None, device=None):
+        """frame_ids: frame name -> id shared by all partitions of one graph, so frame tags (and the
+        rendezvous keys made from them) agree across devices. device: a dfc.runtime.devices.Device."""
+        self.graph, self.device = graph, device
+        if device is not None:
+            xp = device.xp
+        self.mem_accounting = device is not None and device.memory is not None
         frame_of, parent = graph.frames()
         fetch_nodes = [parse_input(f)[0] for f in fetches]
         needed = self._prune(graph, fetch_nodes + list(targets), set(feed_names))
         nodes = [n for n in graph.nodes.values() if n.name in needed]
         self.nodes = nodes
         self.index = idx = {n.name: i for i, n in enumerate(nodes)}
-        fids = {f: k for k, f in enumerate(sorted(parent, key=lambda f: (f != ROOT_FRAME, f)))}
-        self.frame_names = sorted(fids, key=fids.get)
+        if frame_ids is None:
+            fids = {f: k for k, f in enumerate(sorted(parent, key=lambda f: (f != ROOT_FRAME, f)))}
+        else:
+            fids = {f: frame_ids[f] for f in parent}
+        nf = max(fids.values()) + 1
+        self.frame_names = [None] * nf
+        for f, k in fids.items():
+            self.frame_names[k] = f
         N = len(nodes)
         self.kind = [0] * N
         self.kern = [None] * N
@@ -97,25 +133,35 @@ class Plan:
         self.child_fid = [0] * N
         self.is_constant = [False] * N
         self.fid = [fids[frame_of[n.name]] for n in nodes]
-        self.enter_count = [0] * len(fids)
-        self.frame_exits = [[] for _ in fids]
-        self.max_par = [1 << 30] * len(fids)
+        self.enter_count = [0] * nf
+        self.frame_exits = [[] for _ in range(nf)]
+        self.max_par = [1 << 30] * nf
         self.roots = []
         self.feed_index = {}
         self.ins = [[] for _ in range(N)]
         self.ctrl_ins = [[] for _ in range(N)]
-        self.frame_parent = [fids[parent[f]] if parent[f] is not None else -1 for f in self.frame_names]
+        self.xfer = {}      # Send/Recv node -> (tensor_name, send_device, recv_device)
+        self.frame_parent = [fids[parent[f]] if f is not None and parent[f] is not None else -1
+                             for f in self.frame_names]
         for i, n in enumerate(nodes):
             opdef = opreg.get(n.op)
             fed = n.name in feed_names
-            k = NORMAL if fed else _KIND.get(opdef.kind, NORMAL)
+            k = NORMAL if fed else _XFER.get(n.op) or _KIND.get(opdef.kind, NORMAL)
             self.kind[i] = k
             if fed:
                 self.feed_index[n.name] = i
             elif n.op == "Placeholder":
                 raise DfcInputError(f"input {n.name!r} needs a value", node=n.name)
             else:
+                if device is not None:
+                    device.check_op(n)
                 self.kern[i] = kernel_for(n, xp)
+                if self.mem_accounting:
+                    from dfc.runtime.memory import accounting_kernel
+                    self.kern[i] = accounting_kernel(n, xp, self.kern[i])
+            if k in (SEND, RECV):
+                a = n.attrs
+                self.xfer[i] = (a["tensor_name"], a["send_device"], a["recv_device"])
             self.heavy[i] = opdef.heavy and not fed
             ins = [] if fed else n.inputs
             nin = 0
@@ -168,7 +214,7 @@ class Plan:
             self.fetches.append((idx[name], port))
         self.fetch_nodes = {i for i, _ in self.fetches}
         self.programs = {}
-        if fuse:
+        if fuse and not self.mem_accounting:
             from dfc.runtime.fused import build_programs
             self.programs = build_programs(self)
 
@@ -190,20 +236,26 @@ class Plan:
 
 
 class Run:
-    """One execution of a Plan."""
+    """One execution of a Plan (one partition of a multi-device run when `transport` is given)."""
 
-    def __init__(self, plan, feeds, ctx, pool=None):
-        self.p, self.ctx, self.pool = plan, ctx, pool
+    def __init__(self, plan, feeds, ctx, pool=None, transport=None):
+        self.p, self.ctx, self.pool, self.transport = plan, ctx, pool, transport
         self.results = {}
+        self.mem = plan.device.memory if plan.mem_accounting else None
+        self.recvs_pending = 0
+        self.kernels_in_flight = 0
+        self.recv_waits = {}
+        self._done = transport.coord.queues[transport.name] if transport is not None else queue.SimpleQueue()
         self.kern = list(plan.kern)
         for name, value in feeds.items():
             if name in plan.feed_index:
                 self.kern[plan.feed_index[name]] = (lambda v: lambda c, a: (v,))(value)
 
     def execute(self):
+        """Run to completion; return the fetched values (those of this partition)."""
         p = self.p
         root = Frame(0, None, 0, 1)
-        it0 = Iter(root, 0)
+        it0 = self.it0 = Iter(root, 0)
         root.iters[0] = it0
         root.next_num = 1
         ready = collections.deque()
@@ -228,66 +280,105 @@ class Run:
 
     # -------------------------------------------------------------- scheduling loops
     def _loop_inline(self, ready):
-        p, kern, ctx = self.p, self.kern, self.ctx
+        p, kern, ctx, mem = self.p, self.kern, self.ctx, self.mem
         kind = p.kind
         popleft, finish = ready.popleft, self._finish
-        while ready:
-            i, it, st = popleft()
-            if kind[i] == NORMAL:
-                if st[1]:
-                    outs = None
+        while True:
+            while ready:
+                i, it, st = popleft()
+                k = kind[i]
+                if k == NORMAL:
+                    if st[1]:
+                        outs = None
+                    else:
+                        ctx.tag = it.tag
+                        try:
+                            outs = kern[i](ctx, st[2:])
+                        except Exception as e:   # noqa: BLE001 — re-raised as a DfcError naming the node
+                            raise self._wrap(i, e) from None
+                    self._propagate(i, it, outs, ready)
+                    if mem is not None:
+                        self._release(st)
+                    it.outstanding -= 1
+                    if it.outstanding == 0:
+                        self._cleanup(it.frame, ready)
+                elif k == RECV:
+                    self._post_recv(i, it)
                 else:
-                    ctx.tag = it.tag
-                    try:
-                        outs = kern[i](ctx, st[2:])
-                    except Exception as e:   # noqa: BLE001 — re-raised as a DfcError naming the node
-                        raise self._wrap(i, e) from None
-                self._propagate(i, it, outs, ready)
-                it.outstanding -= 1
-                if it.outstanding == 0:
-                    self._cleanup(it.frame, ready)
-            else:
-                finish(i, it, st, None, ready)
+                    finish(i, it, st, None, ready)
+            if not self.recvs_pending:
+                break
+            error = self._complete(self._next_completion(), ready)
+            if error is not None:
+                raise error
 
     def _loop_pool(self, ready):
-        p, kern, ctx, heavy = self.p, self.kern, self.ctx, self.p.heavy
-        done = queue.SimpleQueue()
-        in_flight = 0
+        p, kern, ctx, heavy, kind = self.p, self.kern, self.ctx, self.p.heavy, self.p.kind
+        done, transport = self._done, self.transport
         error = None
+
+        if transport is None:
+            put = done.put
+        else:
+            put = (lambda name: lambda item: transport.coord.post_kernel(name, item))(transport.name)
 
         def task(i, it, args):
             try:
-                done.put((i, it, kern[i](ctx, args), None))
+                put((i, it, kern[i](ctx, args), None, args))
             except Exception as e:   # noqa: BLE001
-                done.put((i, it, None, e))
+                put((i, it, None, e, args))
 
         while True:
             while ready and error is None:
                 i, it, st = ready.popleft()
-                if heavy[i] and not st[1] and sum(getattr(a, "size", 1) for a in st[2:]) >= HEAVY_ELEMENTS:
+                if kind[i] == RECV:
+                    self._post_recv(i, it)
+                elif heavy[i] and not st[1] and sum(getattr(a, "size", 1) for a in st[2:]) >= HEAVY_ELEMENTS:
+                    if transport is not None:
+                        transport.coord.started_kernel()
                     self.pool.submit(task, i, it, st[2:])
-                    in_flight += 1
+                    self.kernels_in_flight += 1
                 else:
                     try:
                         self._finish(i, it, st, None, ready)
                     except DfcError as e:
                         error = e
-                while in_flight and not done.empty():
-                    in_flight -= 1
-                    error = self._complete(done.get(), ready) or error
-            if in_flight == 0:
+                while (self.kernels_in_flight or self.recvs_pending) and not done.empty():
+                    error = self._complete(self._next_completion(), ready) or error
+            if error is not None:
+                self._drain_kernels()
+                raise error
+            if not (self.kernels_in_flight or self.recvs_pending):
                 break
-            in_flight -= 1
-            error = self._complete(done.get(), ready) or error
-        if error is not None:
-            raise error
+            error = self._complete(self._next_completion(), ready) or error
+
+    def _next_completion(self):
+        if self.transport is None:
+            return self._done.get()
+        return self.transport.coord.get(self.transport.name)
+
+    def _drain_kernels(self):
+        """After an error: wait for the kernels still on the pool (they may touch variables)."""
+        while self.kernels_in_flight:
+            item = self._done.get()
+            if isinstance(item, tuple) and len(item) == 5 and item[4] is not None:
+                self.kernels_in_flight -= 1
 
     def _complete(self, item, ready):
-        i, it, outs, exc = item
+        i, it, outs, exc, args = item
+        if self.p.kind[i] == RECV:
+            self.recvs_pending -= 1
+            del self.recv_waits[(i, it.tag)]
+            if outs is not None and self.p.device is not None:
+                outs = (self.p.device.to_device(outs[0]),)
+        else:
+            self.kernels_in_flight -= 1
         if exc is not None:
             return self._wrap(i, exc)
         try:
             self._finish(i, it, None, outs, ready)
+            if self.mem is not None and args is not None:
+                self._release_values(args)
         except DfcError as e:
             return e
         return None
@@ -303,12 +394,52 @@ class Run:
             return DfcOutOfMemory(f"{n.op}: out of memory", node=n.name, loc=n.loc)
         return DfcRuntimeError(f"{n.op} failed: {type(e).__name__}: {e}", node=n.name, loc=n.loc)
 
+    # -------------------------------------------------------------- Send / Recv
+    def _post_recv(self, i, it):
+        """Ask the rendezvous for node i's value in iteration it; it arrives on the completion queue."""
+        t = self.transport
+        if t is None:
+            raise DfcError("Recv outside a partitioned run", node=self.p.nodes[i].name)
+        self.recvs_pending += 1
+        self.recv_waits[(i, it.tag)] = it
+        coord, name = t.coord, t.name
+
+        def deliver(v):
+            coord.post(name, (i, it, None if v is DEAD else (v,), None, None))
+        try:
+            t.rendezvous.recv(self.p.xfer[i] + (it.tag,), deliver)
+        except RuntimeError as e:
+            raise DfcRuntimeError(str(e), node=self.p.nodes[i].name) from None
+
+    def _send(self, i, it, st):
+        t = self.transport
+        if t is None:
+            raise DfcError("Send outside a partitioned run", node=self.p.nodes[i].name)
+        v = DEAD if st[1] else (st[2] if len(st) > 2 else TOKEN)
+        try:
+            t.rendezvous.send(self.p.xfer[i] + (it.tag,), v)
+        except RuntimeError as e:
+            raise DfcRuntimeError(str(e), node=self.p.nodes[i].name) from None
+
+    # -------------------------------------------------------------- memory accounting
+    def _release(self, st):
+        mem = self.mem
+        for v in st[2:]:
+            if v is not None and v is not DEAD:
+                mem.release(v)
+
+    def _release_values(self, values):
+        for v in values:
+            if v is not None and v is not DEAD:
+                self.mem.release(v)
+
     # -------------------------------------------------------------- node semantics
     def _finish(self, i, it, st, outs, ready):
         """Run (if st is given) or complete (if outs is given) node i in iteration it."""
         p = self.p
         k = p.kind[i]
-        if k == NORMAL:
+        release = st is not None and self.mem is not None
+        if k == NORMAL or k == RECV:
             if st is not None:
                 if st[1]:
                     outs = None
@@ -336,9 +467,13 @@ class Run:
                 frame = it.frame
                 frame.live_exits.add(i)
                 self._propagate(i, frame.parent_iter, (st[2],), ready)
-        else:  # NEXT
+        elif k == NEXT:
             if not st[1]:
-                self._next_iteration(i, it, st[2], ready)
+                release = self._next_iteration(i, it, st[2], ready) and release
+        else:  # SEND
+            self._send(i, it, st)
+        if release:
+            self._release(st)
         it.outstanding -= 1
         if it.outstanding == 0:
             self._cleanup(it.frame, ready)
@@ -361,7 +496,11 @@ class Run:
         kind, blank = p.kind, p.blank
         states = it.states
         dead_node = outs is None
+        mem = self.mem
         for port, edges in enumerate(p.out_edges[i]):
+            if mem is not None and not dead_node and outs[port] is not DEAD:
+                fetched = it.frame.fid == 0 and (i, port) in self._fetch_set()
+                mem.acquire(outs[port], len(edges) + fetched, p.nodes[i].name)
             if not edges:
                 continue
             v = DEAD if dead_node else outs[port]
@@ -400,6 +539,8 @@ class Run:
         states = it.states
         st = states.get(dst)
         if st is FIRED:
+            if self.mem is not None and v is not DEAD:
+                self.mem.release(v)     # a second live input of a fired Merge is dropped
             return
         if v is DEAD:
             if st is None:
@@ -430,6 +571,8 @@ class Run:
         child.pending_enters -= 1
         if p.is_constant[i]:
             child.inv.append((i, v))
+            if self.mem is not None and v is not DEAD:
+                self.mem.acquire(v, 1, p.nodes[i].name)     # held by the frame until it finishes
             for sub in list(child.iters.values()):
                 self._propagate(i, sub, (v,) if v is not DEAD else None, ready)
         else:
@@ -468,14 +611,16 @@ class Run:
         return sub
 
     def _next_iteration(self, i, it, v, ready):
+        """Send v to the next iteration; False when it had to wait (parallel_iterations in flight)."""
         frame = it.frame
         nxt = frame.iters.get(it.num + 1)
         if nxt is None:
             if frame.deferred or frame.next_num - frame.oldest >= frame.max_par:
                 frame.deferred.append((i, v))     # at most max_par iterations in flight
-                return
+                return False
             nxt = self._new_iteration(frame, ready)
         self._propagate(i, nxt, (v,), ready)
+        return True
 
     def _cleanup(self, frame, ready):
         """Retire finished iterations in order; finish the frame when nothing is left."""
@@ -493,12 +638,18 @@ class Run:
                 nxt = self._new_iteration(frame, ready)
                 for e, v in deferred:
                     self._propagate(e, nxt, (v,), ready)
+                    if self.mem is not None:
+                        self.mem.release(v)
         if iters or frame.deferred or frame.parent_iter is None:
             return
         parent = frame.parent_iter
         for e in self.p.frame_exits[frame.fid]:
             if e not in frame.live_exits:       # a loop that never ran live: its exits are dead
                 self._propagate(e, parent, None, ready)
+        if self.mem is not None:
+            for _, v in frame.inv:
+                if v is not DEAD:
+                    self.mem.release(v)
         del parent.children[frame.fid]
         parent.outstanding -= 1
         if parent.outstanding == 0:
@@ -511,6 +662,19 @@ class Run:
         shown = ", ".join(sorted(set(names))[:10]) or "none"
         raise DfcDeadlockError(f"execution stopped before {fetch_name!r} was computed; nodes still waiting "
                                f"for inputs: {shown}", node=fetch_name)
+
+    def waiting_nodes(self):
+        """Names of the nodes this (quiescent) run still waits on: posted Recvs first."""
+        p = self.p
+        names = []
+        for (i, tag), it in self.recv_waits.items():
+            a = p.nodes[i].attrs
+            where = f" iteration {tag}" if tag else ""
+            names.append(f"{p.nodes[i].name} (Recv of {a['tensor_name']} from {a['send_device']}{where})")
+        pending = []
+        if hasattr(self, "it0"):
+            self._collect_pending(self.it0, pending)
+        return names + sorted(set(pending))
 
     def _collect_pending(self, it, names):
         for dst, st in it.states.items():
@@ -527,3 +691,57 @@ class Run:
 def default_printer(text):
     sys.stdout.write(text)
     sys.stdout.flush()
+
+
+class PartitionedRun:
+    """One step of a partitioned graph: every partition's Run on its own thread, talking only through
+    Send/Recv. The first error stops all partitions; if every partition waits for a value that can
+    never arrive, a DfcDeadlockError names what each one waits for."""
+
+    def __init__(self, runs, fetch_order):
+        self.runs, self.fetch_order = runs, fetch_order     # runs: device -> Run; fetch_order: [(device, k)]
+
+    def execute(self):
+        import threading
+        from dfc.runtime.rendezvous import Aborted
+        results, errors, aborted = {}, [], []
+        coord = next(iter(self.runs.values())).transport.coord
+
+        def work(name, run):
+            try:
+                with run.p.device.run_context() if run.p.device is not None else _nullcontext():
+                    results[name] = run.execute()
+                coord.finish(name)
+            except Aborted:
+                aborted.append(name)
+            except BaseException as e:   # noqa: BLE001 — reported to the caller's thread
+                errors.append(e)
+                coord.fail()
+
+        threads = [threading.Thread(target=work, args=(name, run), name=f"dfc-{name}", daemon=True)
+                   for name, run in self.runs.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        if coord.abort_reason == "deadlock":
+            waits = []
+            for name, run in sorted(self.runs.items()):
+                w = run.waiting_nodes()
+                if w:
+                    waits.append(f"{name}: " + ", ".join(w[:6]) + (" ..." if len(w) > 6 else ""))
+            first = next((r.p.nodes[i].name for _, r in sorted(self.runs.items())
+                          for (i, _t) in r.recv_waits), None)
+            raise DfcDeadlockError("partitions stopped before the fetches were computed; nodes still waiting: "
+                                   + ("; ".join(waits) or "none"), node=first)
+        return [results[d][k] for d, k in self.fetch_order]
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -4,6 +4,14 @@
 the graph's side-effect targets, when asked) need. Variables live in the
 session and persist across runs; a Graph called directly uses one cached
 session, so its variables persist across calls.
+
+Devices (dfc/runtime/devices.py, partition.py): nodes run on the device of
+their `dfc.device` scope after `device_map` ({"gpu:0": "accel:0"}), the rest
+are placed by a cost model among the devices in use (`devices` adds more).
+A graph on one device runs on one executor; otherwise it is partitioned and
+each device's partition runs on its own thread, talking through Send/Recv.
+`memory_caps` sets accelerator capacities; `memory_stats()` and
+`peak_bytes()` report bytes per device; swap_* options control §5.3 swapping.
 """
 import os
 import threading
@@ -15,7 +23,7 @@ from dfc.errors import DfcInputError, DfcError
 from dfc.ir import dtypes as dt
 from dfc.ir import structure
 from dfc.ir.graph import parse_input
-from dfc.runtime.executor import Plan, Run, KernelContext, default_printer
+from dfc.runtime.executor import Plan, Run, KernelContext, default_printer, Transport, PartitionedRun
 
 MODES = ("reference", "threads")
 
@@ -26,7 +34,9 @@ def default_mode():
 
 class Session:
     def __init__(self, graph, mode=None, num_threads=None, parallel_iterations=None, printer=None,
-                 fuse_loops=None):
+                 fuse_loops=None, device_map=None, devices=(), default_device="cpu:0", memory_caps=None,
+                 track_memory=False, swap_memory=False, swap_threshold=0.5, swap_min_bytes=4096,
+                 swap_prefetch=2):
         mode = mode or default_mode()
         if mode not in MODES:
             raise DfcError(f"unknown executor mode {mode!r} (use one of {', '.join(MODES)})")
@@ -42,6 +52,16 @@ class Session:
         self._num_threads = num_threads or min(4, os.cpu_count() or 2)
         self._lock = threading.Lock()
         graph.verify()
+        from dfc.runtime.devices import DeviceSet
+        self.devices = DeviceSet(memory_caps, track_memory)
+        self.swap_options = dict(threshold=float(swap_threshold), min_bytes=int(swap_min_bytes),
+                                 prefetch=int(swap_prefetch), always=bool(swap_memory))
+        self._swappers = {}
+        self.placement = None      # node name -> device, when the graph uses devices at all
+        if device_map or devices or default_device != "cpu:0" or memory_caps or track_memory or \
+                any(n.device for n in graph.nodes.values()):
+            from dfc.runtime.partition import place
+            self.placement = place(graph, self.devices, device_map, default_device, devices)
 
     def _get_pool(self):
         if self.mode != "threads":
@@ -52,12 +72,74 @@ class Session:
         return self._pool
 
     def plan(self, fetches, feed_names, targets):
+        """A Plan (one device) or a _Partitioned (several) for these fetches, feeds and targets."""
         key = (tuple(fetches), tuple(sorted(feed_names)), tuple(targets))
         p = self._plans.get(key)
         if p is None:
-            p = self._plans[key] = Plan(self.graph, fetches, set(feed_names), targets,
-                                        parallel_iterations=self.parallel_iterations, fuse=self.fuse_loops)
+            p = self._plans[key] = self._make_plan(fetches, set(feed_names), targets)
         return p
+
+    def _make_plan(self, fetches, feed_names, targets):
+        kw = dict(parallel_iterations=self.parallel_iterations, fuse=self.fuse_loops)
+        if self.placement is None:
+            return Plan(self.graph, fetches, feed_names, targets, **kw)
+        from dfc.runtime import partition as pt
+        sub = pt.prune(self.graph, [parse_input(f)[0] for f in fetches], targets, feed_names)
+        used = {self.placement[n] for n in sub.nodes}
+        if len(used) <= 1:
+            dev = self.devices.get(used.pop() if used else "cpu:0")
+            return Plan(self.graph, fetches, feed_names, targets, device=dev, **kw)
+        frame_ids = pt.frame_ids_of(self.graph)
+        parts = pt.partition(sub, self.placement, frame_ids)
+        return _Partitioned(parts, fetches, feed_names, targets, self.devices, frame_ids, kw)
+
+    def _swapper(self, device):
+        if device is None or device.memory is None or device.memory.capacity is None:
+            return None
+        sw = self._swappers.get(device.name)
+        if sw is None:
+            from dfc.runtime.memory import Swapper
+            sw = self._swappers[device.name] = Swapper(device, **self.swap_options)
+        return sw
+
+    def _context(self, device=None):
+        mem = device.memory if device is not None else None
+        return KernelContext(self.variables, self.run_count, self.printer, memory=mem,
+                             swapper=self._swapper(device) if mem is not None else None, device=device)
+
+    def _execute(self, plan, feeds):
+        if isinstance(plan, Plan):
+            dev = plan.device
+            if dev is not None and dev.kind == "gpu":
+                feeds = {k: dev.to_device(v) for k, v in feeds.items()}
+            return Run(plan, feeds, self._context(dev), self._get_pool()).execute()
+        from dfc.runtime.rendezvous import Rendezvous, Coordinator
+        rv, coord = Rendezvous(), Coordinator(list(plan.plans))
+        runs = {}
+        for d, p in plan.plans.items():
+            dev = p.device
+            mine = {k: (dev.to_device(v) if dev.kind == "gpu" else v) for k, v in feeds.items()
+                    if k in plan.feeds_of[d]}
+            runs[d] = Run(p, mine, self._context(dev), self._get_pool(), Transport(d, rv, coord))
+        return PartitionedRun(runs, plan.fetch_order).execute()
+
+    def memory_stats(self):
+        """device -> {"in_use", "peak", "capacity"} for every device that accounts bytes."""
+        stats = self.devices.memory_stats()
+        for name, sw in self._swappers.items():
+            stats.setdefault(name, {})["swap"] = dict(sw.stats)
+        return stats
+
+    def peak_bytes(self):
+        """device -> the most bytes it held at once (devices that account bytes)."""
+        return {d: s["peak"] for d, s in self.devices.memory_stats().items()}
+
+    def partitions(self, fetches=None):
+        """device -> Graph of the partitioned graph this session runs (the whole graph by default)."""
+        from dfc.runtime import partition as pt
+        if self.placement is None:
+            return {"cpu:0": self.graph}
+        return pt.partition(self.graph, self.placement, pt.frame_ids_of(self.graph)).graphs
 
     def run(self, fetches, feeds=None, targets=()):
         """Fetch a tensor ref ("node:port" or node name) or a nested structure of them."""
@@ -70,8 +152,14 @@ class Session:
         plan = self.plan(flat, feeds.keys(), tuple(targets))
         with self._lock:
             self.run_count += 1
-            ctx = KernelContext(self.variables, self.run_count, self.printer)
-            values = Run(plan, feeds, ctx, self._get_pool()).execute()
+            try:
+                values = self._execute(plan, feeds)
+            finally:
+                for sw in self._swappers.values():
+                    sw.end_run()
+                for d in self.devices.devices.values():
+                    if d.memory is not None:
+                        d.memory.end_run()
         return nest.pack_sequence_as(fetches, [_to_numpy(v) for v in values])
 
     def _feed_name(self, key):
@@ -149,3 +237,24 @@ def convert_input(value, dtype, shape, name):
                 raise DfcInputError(f"input {name!r}: dimension {d} must be {want}, got {got} "
                                     f"(shape {list(arr.shape)})")
     return arr
+
+
+class _Partitioned:
+    """The per-device Plans of one (fetches, feeds, targets) key of a partitioned graph."""
+
+    def __init__(self, parts, fetches, feed_names, targets, devices, frame_ids, kw):
+        where = parts.where
+        self.parts = parts
+        fetch_of = {d: [] for d in parts.graphs}
+        self.fetch_order = []
+        for f in fetches:
+            d = where[parse_input(f)[0]]
+            self.fetch_order.append((d, len(fetch_of[d])))
+            fetch_of[d].append(f)
+        self.feeds_of = {d: {n for n in feed_names if where.get(n) == d} for d in parts.graphs}
+        self.plans = {}
+        for d, g in parts.graphs.items():
+            mine = [t for t in targets if where.get(t) == d]
+            others = [n for n in g.nodes if n not in mine]
+            self.plans[d] = Plan(g, fetch_of[d], self.feeds_of[d], mine + others, device=devices.get(d),
+                                 frame_ids=frame_ids, **kw)

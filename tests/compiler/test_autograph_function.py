@@ -247,3 +247,19 @@ def test_compile_file_named_functions(tmp_path):
         compile_file(str(src), names=["no_signature"], out_dir=str(tmp_path))
     with pytest.raises(DfcInputError):
         compile_file(str(tmp_path / "nope.py"), out_dir=str(tmp_path))
+
+
+@dfc.compiler.autograph.function(input_signature=[dfc.TensorSpec([2, 4], "float64")])
+def _multi_axis_slices(z):
+    h = 1
+    return z[:, 1:3] + z[:, h:2 * h + 1], z[0, ::2], z[..., -1]
+
+
+def test_multi_axis_slices_convert():
+    """x[:, a:b] must survive conversion (astunparse writes it as a tuple, which is a syntax error)."""
+    z = np.arange(8.0).reshape(2, 4)
+    a, b, c = _multi_axis_slices(z)
+    np.testing.assert_array_equal(a, z[:, 1:3] + z[:, 1:3])
+    np.testing.assert_array_equal(b, z[0, ::2])
+    np.testing.assert_array_equal(c, z[..., -1])
+    compile(_multi_axis_slices.code, "<code>", "exec")

@@ -64,6 +64,8 @@ def unparse(node):
     ast.fix_missing_locations(tree)
     try:
         import astunparse
-        return astunparse.unparse(tree).lstrip("\n")
-    except Exception:  # astunparse may lag behind the running Python version
+        text = astunparse.unparse(tree).lstrip("\n")
+        ast.parse(text)     # astunparse lags behind Python: it writes x[(:, 1:3)] for x[:, 1:3]
+        return text
+    except Exception:  # noqa: BLE001 — fall back to the standard library's unparser
         return ast.unparse(tree) + "\n"

@@ -1,0 +1,223 @@
+"""Gradients of cond and while_loop (§5.1).
+
+cond: the gradient is a cond on the same predicate; each branch backpropagates
+through its forward branch (Merge <-> Switch duals). A branch whose forward
+branch does not touch an input gives zeros for it.
+
+while_loop: the forward loop gets a counter (nodes added to its frame) and, for
+each forward value the gradient needs, a StackPush; the gradient loop runs the
+counter down to zero, pops the values in reverse, carries one gradient per
+differentiable loop variable and sums the gradients of loop invariants in
+accumulator loop variables. Pushes are ordered by control edges on the
+forward counter (Identity -> push -> increment) and pops on the gradient
+counter, so parallel iterations cannot reorder them. A nested loop's trip
+count is itself a saved value of the outer loop, and an inner loop's pushes
+(pops) of one outer iteration finish before those of the next start.
+"""
+import numpy as np
+
+from dfc.ir.dtypes import TType
+from dfc.ir.graph import parse_input
+from dfc.compiler.control_flow import WhileContext, cond
+from dfc.compiler import ops_api
+from dfc.compiler.tracing import convert
+
+
+def _ref(t):
+    return f"{t.node}:{t.port}"
+
+
+class LoopGradState:
+    """Per forward loop L in one gradients() call: its counter, stacks and gradient loop."""
+
+    def __init__(self, gs, L):
+        self.gs, self.L = gs, L
+        self.saved = {}          # forward ref -> popped tensor (in the gradient loop)
+        self.grad_loop = None
+        self.sync = []           # nodes the gradient counter's decrement waits for (pops, inner loops)
+        self.deferred_sync = []  # tensors inside gradient cond branches, lifted when the loop is closed
+        gs.loops[L.frame_name] = self
+        self._add_forward_counter()
+
+    def _add_forward_counter(self):
+        gs, L = self.gs, self.L
+        b, outer, name = gs.b, L.outer, L.frame_name
+        ctrl = [outer.pivot_name()] if outer is not None else []
+        outer_loop = gs.diff_frame(outer)
+        if outer_loop is not None:
+            # This loop's pushes of outer iteration i come after outer iteration i starts ...
+            ctrl.append(gs.loops[outer_loop.frame_name].count_ident.node)
+        zero = b.make1("Const", (), {"value": np.zeros((), np.int64)}, ctx=outer, control=ctrl,
+                       name=b.unique(f"{name}_count_init"))
+        enter = b.make1("Enter", (zero,), {"frame_name": name, "is_constant": False,
+                                           "parallel_iterations": L.parallel_iterations},
+                        ctx=outer, out_ctx=L, name=b.unique(f"{name}_count_enter"))
+        merge = b.make1("Merge", (enter, enter), ctx=L, name=b.unique(f"{name}_count_merge"))
+        sw = b.make("Switch", (merge, L.loop_cond), ctx=L, name=b.unique(f"{name}_count_switch"))
+        self.count_ident = b.make1("Identity", (sw[1],), ctx=L, name=b.unique(f"{name}_count"))
+        one = b.make1("Const", (), {"value": np.ones((), np.int64)}, ctx=L, control=[self.count_ident.node],
+                      name=b.unique(f"{name}_count_one"))
+        self.count_add = b.make1("Add", (self.count_ident, one), ctx=L, name=b.unique(f"{name}_count_add"))
+        nxt = b.make1("NextIteration", (self.count_add,), ctx=L, name=b.unique(f"{name}_count_next"))
+        b.graph.nodes[merge.node].inputs[1] = nxt.ref
+        # ... and the trip count (an Exit) is pushed by the outer loop, which waits for it.
+        self.count_exit = b.make1("Exit", (sw[0],), ctx=L, out_ctx=outer, name=b.unique(f"{name}_count_exit"))
+        b.graph._types = None
+
+    def save(self, t):
+        """Push forward value t (in this loop) every iteration; return its pop in the gradient loop."""
+        gs, L, b = self.gs, self.L, self.gs.b
+        if t.ctx is L and t.node in {m.node for m in L.merges}:
+            t = L.identities[[m.node for m in L.merges].index(t.node)]
+        hit = self.saved.get(t.ref)
+        if hit is not None:
+            return hit
+        v = gs.lift(t, L)
+        stack = b.make1("StackV2", (), {"elem_dtype": t.dtype, "swap_memory": L.swap_memory}, ctx=gs.c0,
+                        name=b.unique(f"{L.frame_name}_stack"))
+        push = b.make1("StackPush", (stack, v), ctx=L, control=[self.count_ident.node],
+                       name=b.unique(f"{L.frame_name}_push"))
+        b.graph.nodes[self.count_add.node].inputs.append("^" + push.node)
+        GL = self.grad_loop
+        pop = b.make1("StackPop", (stack,), {"elem_dtype": t.dtype,
+                                             "shape": None if t.shape is None else list(t.shape)},
+                      ctx=GL, control=[GL.identities[0].node], name=b.unique(f"{GL.frame_name}_pop"))
+        self.sync.append(pop.node)
+        self.saved[t.ref] = pop
+        return pop
+
+    def add_sync(self, t):
+        """Make the gradient counter's decrement wait for t (built somewhere inside the gradient loop)."""
+        if t.ctx is self.grad_loop:
+            self.sync.append(t.node)
+        else:
+            self.deferred_sync.append(t)
+
+    def close_sync(self):
+        for t in self.deferred_sync:
+            self.sync.append(self.gs.lift(t, self.grad_loop).node)
+        self.deferred_sync = []
+
+
+def loop_grad(gs, L, grads):
+    """Backpropagate through while loop L (a unit of the current forward context)."""
+    b, nodes = gs.b, gs.graph.nodes
+    G = b.ctx
+    var_ids = [k for k, m in enumerate(L.merges) if m.node in gs.between]
+    caps = [e for e in L.constant_enters if e.node in gs.between]
+    exit_grads = [gs.sum(grads, _ref(L.exits[k])) for k in var_ids]
+    if all(g is None for g in exit_grads):
+        return
+    state = LoopGradState(gs, L)
+    cap_srcs = [gs.tensor(nodes[e.node].data_inputs[0]) for e in caps]
+    inits = [gs.fwd_value(state.count_exit)]
+    inits += [g if g is not None else gs.zeros_for(L.exits[k]) for g, k in zip(exit_grads, var_ids)]
+    inits += [gs.zeros_for(t) for t in cap_srcs]
+    types = [TType("int64", ())] + [TType(L.merges[k].dtype, L.merges[k].shape) for k in var_ids]
+    types += [TType(*gs.grad_dtype(t)) for t in cap_srcs]
+
+    GL = WhileContext(b, G, b.unique(f"{L.frame_name}_grad"), L.parallel_iterations, L.swap_memory)
+    GL.fwd_loop = L
+    state.grad_loop = GL
+    for init, tt in zip(inits, types):
+        e = b.make1("Enter", (convert(init, tt.dtype),), {"frame_name": GL.frame_name, "is_constant": False,
+                                                           "parallel_iterations": GL.parallel_iterations},
+                    ctx=G, out_ctx=GL, name=b.unique(f"{GL.frame_name}_enter"))
+        GL.enters.append(e)
+        m = b.make1("Merge", (e, e), ctx=GL, name=b.unique(f"{GL.frame_name}_merge"))
+        m.ttype = tt
+        GL.merges.append(m)
+    GL.pivot = GL.merges[0]
+    b.ctx = GL
+    try:
+        GL.loop_cond = b.make1("LoopCond", (ops_api.greater(GL.merges[0], 0),),
+                               name=b.unique(f"{GL.frame_name}_loop_cond"))
+        for m in GL.merges:
+            sw = b.make("Switch", (m, GL.loop_cond), name=b.unique(f"{GL.frame_name}_switch"))
+            GL.switches.append(sw)
+            GL.identities.append(b.make1("Identity", (sw[1],), name=b.unique(f"{GL.frame_name}_body")))
+        GL.pivot = GL.identities[0]
+        nv = len(var_ids)
+        g_vars, accs = GL.identities[1:1 + nv], GL.identities[1 + nv:]
+        seeds = {}
+        for g, k in zip(g_vars, var_ids):
+            ref = parse_input(nodes[L.next_iterations[k].node].inputs[0])
+            seeds.setdefault(f"{ref[0]}:{ref[1]}", []).append(g)
+        body = gs.sweep(L, seeds)
+        outs = []
+        for g, k in zip(g_vars, var_ids):
+            new = gs.sum_refs(body, [_ref(L.switches[k][1]), _ref(L.merges[k])])
+            outs.append(new if new is not None else ops_api.zeros_like(g))
+        for acc, e in zip(accs, caps):
+            new = gs.sum(body, _ref(e))
+            outs.append(acc if new is None else ops_api.add(acc, new))
+        state.close_sync()
+        one = convert(np.ones((), np.int64))
+        outs.insert(0, b.make1("Sub", (GL.identities[0], one), control=state.sync,
+                               name=b.unique(f"{GL.frame_name}_count")))
+        for m, t in zip(GL.merges, outs):
+            nx = b.make1("NextIteration", (t,), name=b.unique(f"{GL.frame_name}_next"))
+            GL.next_iterations.append(nx)
+            nodes[m.node].inputs[1] = nx.ref
+        b.graph._types = None
+    finally:
+        b.ctx = G
+    for sw in GL.switches:
+        GL.exits.append(b.make1("Exit", (sw[0],), ctx=GL, out_ctx=G, name=b.unique(f"{GL.frame_name}_exit")))
+    b.loops[GL.frame_name] = GL
+    for j, k in enumerate(var_ids):
+        ref = parse_input(nodes[L.enters[k].node].data_inputs[0])
+        grads.setdefault(f"{ref[0]}:{ref[1]}", []).append(GL.exits[1 + j])
+    for c, e in enumerate(caps):
+        ref = parse_input(nodes[e.node].data_inputs[0])
+        grads.setdefault(f"{ref[0]}:{ref[1]}", []).append(GL.exits[1 + nv + c])
+    outer = gs.grad_loop_of(G)
+    if outer is not None:
+        # The next outer gradient iteration pops this loop's stacks only after this run of it is done.
+        gs.loops[outer.fwd_loop.frame_name].add_sync(GL.exits[0])
+
+
+def cond_grad(gs, S, grads, input_refs):
+    """Backpropagate through cond S: a cond on the same predicate, one branch per forward branch."""
+    b, nodes = gs.b, gs.graph.nodes
+    merge_grads = [(m, gs.sum(grads, _ref(m))) for m in S.merges]
+    inner = [r for r in list(grads) if grads[r] and any(gs.inside(parse_input(r)[0], B)
+                                                         for B in S.branches.values())]
+    if all(g is None for _, g in merge_grads) and not inner:
+        return
+    inputs = []
+    for r in input_refs:
+        sw = S.switches.get(r)
+        if sw is not None and sw.node in nodes:
+            if sw.node in gs.between and gs.tensor(r).dtype != "bool":
+                inputs.append((r, f"{sw.node}:"))
+        elif parse_input(r)[0] in gs.between:
+            inputs.append((r, None))
+    if not inputs:
+        return
+
+    def branch(br):
+        B = S.branches[br]
+        b.ctx.fwd_branch = B
+        seeds = {}
+        for m, g in merge_grads:
+            if g is not None:
+                ref = parse_input(nodes[m.node].inputs[br])
+                seeds.setdefault(f"{ref[0]}:{ref[1]}", []).append(g)
+        for r in inner:
+            if gs.inside(parse_input(r)[0], B):
+                seeds.setdefault(r, []).extend(grads[r])
+        got = gs.sweep(B, seeds)
+        out = []
+        for r, sw in inputs:
+            g = gs.sum(got, sw + str(br) if sw else r)
+            out.append(g if g is not None else gs.zeros_for(gs.tensor(r)))
+        return out
+
+    pred = gs.fwd_value(S.pred)
+    res = cond(pred, lambda: branch(1), lambda: branch(0), name=f"{S.name}_grad")
+    for (r, _), g in zip(inputs, res):
+        grads.setdefault(r, []).append(g)
+
+
+__all__ = ["loop_grad", "cond_grad", "LoopGradState"]

@@ -1,0 +1,612 @@
+"""The reverse sweep: dfc.gradients and dfc.value_and_grad.
+
+`gradients(ys, xs)` adds the gradient subgraph to the graph being built, in
+the control-flow context it is called from (c0). The sweep runs over the
+*units* of one forward context at a time: a unit is an ordinary node, a whole
+cond or a whole while loop whose outer context is that context. Ordinary nodes
+use the per-op table (op_grads.GRADS); conds and loops build their duals
+(control_flow_grad): a cond on the same predicate, and a loop that runs the
+forward trip count backwards, popping the forward values it needs from stacks.
+
+Forward values used by gradient code go through `fwd_value`, which decides
+how the gradient context can see them: directly (same frame), through the
+usual Switch/Enter capture, or pushed on a stack in the forward loop and
+popped in the gradient loop. Only values a gradient rule actually asks for
+are saved.
+"""
+import numpy as np
+
+from dfc import nest
+from dfc.errors import DfcError, DfcTypeError
+from dfc.ir import dtypes as dt
+from dfc.ir import ops as opreg
+from dfc.ir.graph import parse_input
+from dfc.compiler.tracing import Tensor, convert, current_builder, user_location
+from dfc.compiler.control_flow import CondBranch, WhileContext
+from dfc.compiler import ops_api
+from dfc.compiler.autodiff.op_grads import GRADS, NOT_DIFFERENTIABLE
+
+_PASS_THROUGH = ("Enter", "Switch", "Identity")
+
+
+def norm_ref(ref):
+    name, port, _ = parse_input(ref)
+    return f"{name}:{port}"
+
+
+def differentiable_dtype(d):
+    return d in dt.FLOATS or d == dt.HANDLE
+
+
+class OpView:
+    """What a gradient rule sees of the forward node: inputs, outputs, attrs, shapes.
+
+    `x(k)` / `y(p)` return forward values usable in the gradient context (saved
+    on a stack when needed), so a rule only saves what it asks for.
+    """
+
+    def __init__(self, gs, node):
+        self.gs, self.node, self.attrs, self.type = gs, node, node.attrs, node.op
+        self.refs = [norm_ref(r) for r in node.data_inputs]
+
+    @property
+    def n_inputs(self):
+        return len(self.refs)
+
+    def input(self, k):
+        """The forward tensor of input k (not converted to the gradient context)."""
+        return self.gs.tensor(self.refs[k])
+
+    def output(self, p=0):
+        return self.gs.b.tensors[self.node.name][p]
+
+    def x(self, k):
+        return self.gs.fwd_value(self.input(k))
+
+    def y(self, p=0):
+        return self.gs.fwd_value(self.output(p))
+
+    def shape_in(self, k):
+        return self.gs.shape_of(self.input(k))
+
+    def shape_out(self, p=0):
+        return self.gs.shape_of(self.output(p))
+
+
+class GradState:
+    """One call of gradients(): the between set, units per context, loops being differentiated."""
+
+    def __init__(self, b, c0):
+        self.b, self.c0, self.graph = b, c0, b.graph
+        nodes = self.graph.nodes
+        self.loop_of_exit = {}
+        for L in getattr(b, "loops", {}).values():
+            if all(e.node in nodes for e in L.exits):
+                for e in L.exits:
+                    self.loop_of_exit[e.node] = L
+        self.cond_of_merge, self.cond_of_switch = {}, {}
+        for m, S in getattr(b, "conds", {}).items():
+            if m in nodes and getattr(S, "branches", None):
+                self.cond_of_merge[m] = S
+                for sw in S.switches.values():
+                    if sw.node in nodes:
+                        self.cond_of_switch[sw.node] = S
+        self.loops = {}          # frame name -> LoopGradState of loops being differentiated
+        self.shape_cache = {}    # forward ref -> forward Shape tensor
+        self.grad_tas = {}       # TensorArray node name -> (grad handle, grad flow)
+        self.between = set()
+        self.units = {}          # forward ctx -> {unit key: (input refs, output refs)}
+
+    # ------------------------------------------------------------ graph queries
+    def tensor(self, ref):
+        """The forward Tensor of ref, with the context it lives in."""
+        name, port, _ = parse_input(ref)
+        t = self.b.tensors[name][port]
+        S = self.cond_of_switch.get(name)
+        if S is not None:
+            return Tensor(self.b, name, port, t.ttype, S.branches[port])
+        return t
+
+    def dtype_of(self, ref):
+        name, port, _ = parse_input(ref)
+        outs = self.b.tensors.get(name)
+        return outs[port].dtype if outs and port < len(outs) else None
+
+    def unit_of(self, name):
+        """(context, unit key) of the unit node `name` is the output of, or None for structural nodes."""
+        L = self.loop_of_exit.get(name)
+        if L is not None:
+            return L.outer, ("loop", L)
+        S = self.cond_of_merge.get(name)
+        if S is not None:
+            return S.outer, ("cond", S)
+        node = self.graph.nodes[name]
+        if opreg.get(node.op).kind != "normal":
+            return None
+        outs = self.b.tensors.get(name)
+        if not outs:
+            return None
+        return outs[0].ctx, name
+
+    def unit_in(self, name, C):
+        """The unit of context C that contains node `name`, or None."""
+        u = self.unit_of(name)
+        if u is None:
+            return None
+        ctx, key = u
+        while ctx is not C:
+            if isinstance(ctx, WhileContext):
+                ctx, key = ctx.outer, ("loop", ctx)
+            elif isinstance(ctx, CondBranch):
+                ctx, key = ctx.state.outer, ("cond", ctx.state)
+            else:
+                return None
+        return key
+
+    def inside(self, name, ctx):
+        """Whether node `name` lives in ctx or a context nested in it."""
+        outs = self.b.tensors.get(name)
+        c = outs[0].ctx if outs else None
+        if name in self.cond_of_switch:
+            return False
+        while c is not None:
+            if c is ctx:
+                return True
+            c = c.outer
+        return False
+
+    # ------------------------------------------------------------ the between set
+    def compute_between(self, x_refs, y_refs):
+        graph = self.graph
+        cons = {}
+        for n in graph.nodes.values():
+            for k, ref in enumerate(n.data_inputs):
+                cons.setdefault(norm_ref(ref), []).append(n.name)
+        fwd, seen, stack = set(), set(), list(x_refs)
+        pushed = set()
+        while stack:
+            r = stack.pop()
+            if r in seen:
+                continue
+            seen.add(r)
+            if not differentiable_dtype(self.dtype_of(r)):
+                continue
+            for c in cons.get(r, ()):
+                op = graph.nodes[c].op
+                if op == "StackPush":
+                    pushed.add(_source(graph, graph.nodes[c].data_inputs[0]))
+                if op in NOT_DIFFERENTIABLE or c in fwd:
+                    continue
+                fwd.add(c)
+                for p, t in enumerate(self.b.tensors.get(c, ())):
+                    stack.append(f"{c}:{p}")
+        bwd, stack, popped = set(), [parse_input(r)[0] for r in y_refs], set()
+        while stack:
+            name = stack.pop()
+            if name in bwd:
+                continue
+            bwd.add(name)
+            n = graph.nodes[name]
+            if n.op == "StackPop":
+                popped.add(_source(graph, n.data_inputs[0]))
+            if n.op in NOT_DIFFERENTIABLE and n.op != "StackPop":
+                continue
+            for ref in n.data_inputs:
+                if differentiable_dtype(self.dtype_of(ref)):
+                    stack.append(parse_input(ref)[0])
+        if pushed & popped:
+            raise DfcError("gradients of gradients through while loops are not supported (the first gradient "
+                           "pops saved forward values from stacks)", loc=user_location())
+        self.between = fwd & bwd
+        for name in graph.nodes:          # graph order keeps the built graph deterministic
+            if name not in self.between:
+                continue
+            u = self.unit_of(name)
+            if u is None:
+                continue
+            ctx, key = u
+            while True:
+                units = self.units.setdefault(ctx, {})
+                if key in units:
+                    break
+                units[key] = self._unit_io(key)
+                # A cond whose outputs are not between can still hold between nodes (a gradient
+                # branch reading its values directly): its outer context must visit it too.
+                if isinstance(ctx, CondBranch):
+                    ctx, key = ctx.state.outer, ("cond", ctx.state)
+                else:
+                    break
+
+    def _unit_io(self, key):
+        nodes = self.graph.nodes
+        if isinstance(key, str):
+            n = nodes[key]
+            return [norm_ref(r) for r in n.data_inputs], [t.ref for t in self.b.tensors[key]]
+        kind, c = key
+        if kind == "loop":
+            ins = [norm_ref(nodes[e.node].data_inputs[0]) for e in c.enters + c.constant_enters
+                   if e.node in nodes]
+            return ins, [e.ref for e in c.exits]
+        ins = [norm_ref(nodes[sw.node].data_inputs[0]) for sw in c.switches.values() if sw.node in nodes]
+        ins += [r for r in self.foreign_inputs(c) if r not in ins]
+        return ins, [m.ref for m in c.merges]
+
+    def foreign_inputs(self, S):
+        """Data inputs of nodes inside cond S that come neither from S nor through its Switches.
+
+        Only gradient graphs have them (a gradient branch reading forward branch values
+        directly); they matter for gradients of gradients.
+        """
+        out = []
+        for name, outs in self.b.tensors.items():
+            if name not in self.graph.nodes or not outs or not any(self.inside(name, B)
+                                                                   for B in S.branches.values()):
+                continue
+            for ref in self.graph.nodes[name].data_inputs:
+                src = parse_input(ref)[0]
+                if src in self.cond_of_switch and self.cond_of_switch[src] is S:
+                    continue
+                if any(self.inside(src, B) for B in S.branches.values()):
+                    continue
+                if src in self.between and norm_ref(ref) not in out:
+                    out.append(norm_ref(ref))
+        return out
+
+    # ------------------------------------------------------------ the sweep
+    def sweep(self, C, seeds):
+        """Backpropagate through the units of forward context C, building in the current context.
+
+        seeds: ref -> list of gradients. Returns ref -> list of gradients, boundary refs included.
+        """
+        grads = {}
+        for r, gs in seeds.items():
+            grads.setdefault(r, []).extend(gs)
+        units = self.units.get(C, {})
+        pending = dict.fromkeys(units, 0)
+        producers = {}
+        for u, (ins, _) in units.items():
+            ps = {}
+            for r in ins:
+                p = self.unit_in(parse_input(r)[0], C)
+                if p is not None and p in units and p != u:
+                    ps[p] = True
+            producers[u] = list(ps)
+            for p in ps:
+                pending[p] += 1
+        ready = [u for u in units if pending[u] == 0]
+        while ready:
+            u = ready.pop(0)
+            self.backprop_unit(u, units[u], grads)
+            for p in producers[u]:
+                pending[p] -= 1
+                if pending[p] == 0:
+                    ready.append(p)
+        return grads
+
+    def backprop_unit(self, key, io, grads):
+        from dfc.compiler.autodiff import control_flow_grad
+        if isinstance(key, tuple):
+            kind, c = key
+            if kind == "loop":
+                control_flow_grad.loop_grad(self, c, grads)
+            else:
+                control_flow_grad.cond_grad(self, c, grads, io[0])
+            return
+        ins, outs = io
+        out_grads = [self.sum(grads, r) for r in outs]
+        if all(g is None for g in out_grads):
+            return
+        node = self.graph.nodes[key]
+        if node.op in NOT_DIFFERENTIABLE:
+            return
+        rule = GRADS.get(node.op)
+        if rule is None:
+            raise DfcError(f"no gradient rule for op {node.op}", node=key, loc=node.loc)
+        in_grads = rule(OpView(self, node), *out_grads)
+        if len(in_grads) != len(ins):
+            raise DfcError(f"gradient of {node.op} returned {len(in_grads)} values for {len(ins)} inputs",
+                           node=key)
+        for r, g in zip(ins, in_grads):
+            if g is not None and differentiable_dtype(self.dtype_of(r)):
+                grads.setdefault(r, []).append(g)
+
+    def sum(self, grads, ref):
+        lst = grads.get(ref)
+        if not lst:
+            return None
+        if len(lst) > 1:
+            total = lst[0]
+            for g in lst[1:]:
+                total = ops_api.add(total, g)
+            grads[ref] = lst = [total]
+        return lst[0]
+
+    def sum_refs(self, grads, refs):
+        gs = [g for g in (self.sum(grads, r) for r in refs) if g is not None]
+        return self.sum({"": gs}, "") if gs else None
+
+    # ------------------------------------------------------------ forward values in gradient code
+    def on_chain(self, ctx, g):
+        if ctx is None:
+            return True
+        while g is not None:
+            if g is ctx:
+                return True
+            g = g.outer
+        return False
+
+    def grad_loop_of(self, g):
+        """The innermost gradient loop of this call enclosing context g, or None."""
+        while g is not None and g is not self.c0:
+            L = getattr(g, "fwd_loop", None)
+            if L is not None and L.frame_name in self.loops and self.loops[L.frame_name].grad_loop is g:
+                return g
+            g = g.outer
+        return None
+
+    def diff_frame(self, ctx):
+        """The innermost loop being differentiated that encloses forward context ctx, or None."""
+        while ctx is not None and ctx is not self.c0:
+            if isinstance(ctx, WhileContext) and ctx.frame_name in self.loops:
+                return ctx
+            ctx = ctx.outer
+        return None
+
+    def source_value(self, t):
+        """A cond Switch output or a loop-invariant Enter stands for the value it forwards."""
+        while True:
+            if t.node in self.cond_of_switch:
+                t = self.tensor(self.graph.nodes[t.node].data_inputs[0])
+                continue
+            n = self.graph.nodes[t.node]
+            if n.op == "Enter" and n.attrs.get("is_constant"):
+                t = self.tensor(n.data_inputs[0])
+                continue
+            return t
+
+    def fwd_value(self, t, g="current"):
+        """Forward tensor t as a tensor usable in gradient context g (default: the current one)."""
+        g = self.b.ctx if g == "current" else g
+        t = self.source_value(t)
+        if self.on_chain(t.ctx, g):
+            return t
+        GL = self.grad_loop_of(g)
+        L = self.diff_frame(t.ctx)
+        if GL is None:
+            if L is not None:
+                raise DfcError(f"internal: forward value {t.ref} of loop {L.frame_name} used outside its "
+                               f"gradient loop")
+            # Same frame (a forward cond branch seen from its gradient branch): live exactly when used.
+            return Tensor(self.b, t.node, t.port, t.ttype, g)
+        if L is GL.fwd_loop:
+            return self.loops[L.frame_name].save(t)
+        return self.fwd_value(t, GL.outer)
+
+    def fwd_shape(self, t):
+        """Shape(t) computed in the forward graph, next to t (small to save, unlike t)."""
+        t = self.source_value(t)
+        hit = self.shape_cache.get(t.ref)
+        if hit is None:
+            hit = self.shape_cache[t.ref] = self.b.make1("Shape", (t,), ctx=t.ctx,
+                                                         name=self.b.unique(f"{t.node}_shape"))
+        return hit
+
+    def shape_of(self, t):
+        """The shape of forward tensor t as an int64 tensor in the current gradient context."""
+        if t.shape is not None and None not in t.shape:
+            return convert(np.array(t.shape, np.int64).reshape(-1))
+        return self.fwd_value(self.fwd_shape(t))
+
+    def zeros_for(self, t):
+        """Zeros shaped like forward tensor t (for a variable handle: like the variable)."""
+        if t.dtype == dt.HANDLE:
+            value = _variable_init(self.graph, t)
+            return ops_api.zeros(list(value.shape), value.dtype.name)
+        if t.shape is not None and None not in t.shape:
+            return ops_api.zeros(list(t.shape), t.dtype)
+        return ops_api.fill(self.shape_of(t), np.zeros((), t.dtype))
+
+    def grad_dtype(self, t):
+        if t.dtype == dt.HANDLE:
+            return _variable_init(self.graph, t).dtype.name, tuple(_variable_init(self.graph, t).shape)
+        return t.dtype, t.shape
+
+    def lift(self, t, ctx):
+        """Route t from a (nested) cond branch up to ctx through Merges with a dummy from the other branch.
+
+        The merged value is live in every iteration, so one push per iteration keeps stacks aligned.
+        """
+        b = self.b
+        while t.ctx is not ctx:
+            B = t.ctx
+            if not isinstance(B, CondBranch):
+                raise DfcError(f"internal: cannot lift {t.ref} out of {getattr(B, 'describe', lambda: B)()}")
+            if t.dtype not in dt.ALL:
+                raise DfcError(f"cannot save a {t.dtype} value computed inside a cond in a loop for the "
+                               f"gradient", loc=user_location())
+            S = B.state
+            other = S.branches[1 - B.branch]
+            dummy = b.make1("Const", (), {"value": np.zeros((), t.dtype)}, ctx=other,
+                            name=b.unique(f"{S.name}_dummy"))
+            t = b.make("Merge", (dummy, t), ctx=S.outer, raw=True, name=b.unique(f"{S.name}_lift"))[0]
+        return t
+
+    def grad_ta(self, handle, dtype, element_shape):
+        """(gradient handle, flow) of the TensorArray behind forward `handle`, created once (§5.2)."""
+        b, graph = self.b, self.graph
+        src = handle
+        while graph.nodes[src.node].op in _PASS_THROUGH:
+            src = self.tensor(graph.nodes[src.node].data_inputs[0])
+        hit = self.grad_tas.get(src.node)
+        if hit is not None:
+            return hit
+        F = src.ctx
+        G = self.c0
+        c = b.ctx if self.on_chain(self.c0, b.ctx) and F is not self.c0 and F is not None else None
+        while c is not None and c is not self.c0:
+            if getattr(c, "fwd_loop", None) is F or getattr(c, "fwd_branch", None) is F:
+                G = c
+                break
+            c = c.outer
+        old, b.ctx = b.ctx, G
+        try:
+            h = self.fwd_value(src, G)
+            es = self.graph.nodes[src.node].attrs.get("element_shape") or element_shape
+            hit = self.grad_tas[src.node] = tuple(b.make("TensorArrayGrad", (h,), {
+                "dtype": dtype, "element_shape": None if es is None else list(es)},
+                name=b.unique(f"{src.node}_grad")))
+        finally:
+            b.ctx = old
+        return hit
+
+
+def _source(graph, ref):
+    name = parse_input(ref)[0]
+    while graph.nodes[name].op in _PASS_THROUGH:
+        name = parse_input(graph.nodes[name].data_inputs[0])[0]
+    return name
+
+
+def _variable_init(graph, t):
+    name = _source(graph, t.ref)
+    n = graph.nodes[name]
+    if n.op != "VarHandle":
+        raise DfcTypeError(f"cannot differentiate with respect to {t.ref}: it is a {n.op} handle, not a variable")
+    return graph.nodes[parse_input(n.data_inputs[0])[0]].attrs["value"]
+
+
+def _lookup_capture(t, ctx):
+    """t (from ctx or an outer context) as seen in ctx, without creating nodes; None if never captured."""
+    chain, c = [], ctx
+    while c is not None and c is not t.ctx:
+        chain.append(c)
+        c = c.outer
+    if c is not t.ctx:
+        return None
+    for c in reversed(chain):
+        if isinstance(c, CondBranch):
+            sw = c.state.switches.get(t.ref)
+            if sw is None:
+                return None
+            t = Tensor(t.builder, sw.node, c.branch, t.ttype, c)
+        else:
+            t = c.captured.get(t.ref)
+            if t is None:
+                return None
+    return t
+
+
+def _as_x(x):
+    from dfc.compiler.variables import Variable
+    if isinstance(x, Variable):
+        return x.handle()
+    if isinstance(x, Tensor):
+        return x
+    if hasattr(x, "_dfc_flatten"):
+        return x._dfc_flatten()[0]
+    raise DfcTypeError(f"gradients() takes tensors or dfc.Variables as xs, not {type(x).__name__}",
+                       loc=user_location())
+
+
+def gradients(ys, xs, grad_ys=None, unconnected_gradients="none"):
+    """Symbolic gradients of sum(ys) with respect to each of xs, built into the current graph.
+
+    Equivalent math: [sum_k d(sum(grad_ys[k] * ys[k])) / d x for x in xs]; grad_ys defaults to ones.
+    xs may be tensors or dfc.Variables (the gradient has the variable's shape). Works through
+    dfc.cond, dfc.while_loop (at any nesting; data-dependent trip counts), TensorArrays and
+    scan/map_fn/foldl. Returns a list like xs (a single value if xs is one value); an x that ys do
+    not depend on gets None, or zeros with unconnected_gradients="zero". dfc.stop_gradient blocks.
+    Differs from TF: gradients of gradients are supported only for programs without loops.
+    """
+    if unconnected_gradients not in ("none", "zero"):
+        raise DfcError("unconnected_gradients must be 'none' or 'zero'", loc=user_location())
+    b = current_builder()
+    c0 = b.ctx
+    single_x = not isinstance(xs, (list, tuple))
+    xs_list = [xs] if single_x else list(xs)
+    ys_list = [convert(y) for y in nest.flatten(ys)]
+    if grad_ys is None:
+        gys = [None] * len(ys_list)
+    else:
+        gys = [None if g is None else convert(g) for g in nest.flatten(grad_ys)]
+        if len(gys) != len(ys_list):
+            raise DfcError(f"grad_ys has {len(gys)} values for {len(ys_list)} ys", loc=user_location())
+    x_ts = [_as_x(x) for x in xs_list]
+    x_refs = []
+    for x in x_ts:
+        seen = x if x.ctx is c0 else _lookup_capture(x, c0)
+        if seen is None and x.ctx is not None and not _on_chain(x.ctx, c0):
+            raise DfcError(f"cannot differentiate with respect to {x.ref}: it lives inside "
+                           f"{x.ctx.describe()}", loc=user_location())
+        x_refs.append(None if seen is None else seen.ref)
+    seeds, y_refs = {}, []
+    for y, gy in zip(ys_list, gys):
+        if not differentiable_dtype(y.dtype):
+            continue
+        seen = y if y.ctx is c0 else _lookup_capture(y, c0)
+        if seen is None:
+            seen = y
+        if gy is None:
+            gy = ops_api.ones_like(seen)
+        elif gy.dtype != y.dtype:
+            gy = ops_api.cast(gy, y.dtype)
+        seeds.setdefault(seen.ref, []).append(gy)
+        y_refs.append(seen.ref)
+    gs = GradState(b, c0)
+    gs.compute_between([r for r in x_refs if r is not None], y_refs)
+    grads = gs.sweep(c0, seeds)
+    out = []
+    for x, r in zip(x_ts, x_refs):
+        g = gs.sum(grads, r) if r is not None else None
+        if g is None and unconnected_gradients == "zero":
+            g = gs.zeros_for(x)
+        out.append(g)
+    return out[0] if single_x else out
+
+
+def _on_chain(ctx, g):
+    while g is not None:
+        if g is ctx:
+            return True
+        g = g.outer
+    return False
+
+
+def value_and_grad(fn, argnums=0):
+    """Return f(*args) -> (fn(*args), gradient of fn's (summed) value w.r.t. args[argnums]).
+
+    Inside traced code (dfc.trace, dfc.function) it builds the gradient into the graph;
+    called with numpy values it traces fn once per signature and runs the graph.
+    argnums may be an int (one gradient) or a tuple (a tuple of gradients); an argument
+    may be a nested structure of tensors (its gradient has the same structure).
+    """
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    cache = {}
+
+    def wrapped(*args, **kwargs):
+        if current_builder(required=False) is None:
+            return _run_eagerly(wrapped, cache, args, kwargs)
+        value = fn(*args, **kwargs)
+        targets = [args[i] for i in nums]
+        flat = [nest.flatten(t) for t in targets]
+        grads = gradients(value, [x for f in flat for x in f])
+        out, k = [], 0
+        for t, f in zip(targets, flat):
+            out.append(nest.pack_sequence_as(t, grads[k:k + len(f)]))
+            k += len(f)
+        return value, (out[0] if isinstance(argnums, int) else tuple(out))
+
+    wrapped.__name__ = f"value_and_grad_{getattr(fn, '__name__', 'fn')}"
+    wrapped.__wrapped__ = fn
+    return wrapped
+
+
+def _run_eagerly(wrapped, cache, args, kwargs):
+    from dfc.compiler.tracing import TensorSpec, trace
+    specs = [TensorSpec.from_value(a) if isinstance(a, (np.ndarray, np.generic, float, int)) and
+             not isinstance(a, bool) else a for a in args]
+    key = tuple(repr(s) for s in specs) + tuple(sorted(kwargs))
+    g = cache.get(key)
+    if g is None:
+        g = cache[key] = trace(lambda *a: wrapped(*a, **kwargs), specs, name=wrapped.__name__)
+    return g(*[a for a, s in zip(args, specs) if isinstance(s, TensorSpec)])

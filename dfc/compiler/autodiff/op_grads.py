@@ -1,0 +1,256 @@
+"""The gradient table: op name -> rule(op, *output_grads) -> one gradient per data input.
+
+`op` is an OpView (gradients.py): `op.x(k)` / `op.y(p)` are the forward input /
+output usable in the gradient context (saved on a stack inside loops, so a rule
+only saves what it uses), `op.input(k)` the forward tensor itself (for static
+types), `op.shape_in(k)` its shape as a tensor. None means "no gradient".
+Every op of the registry is in GRADS, NOT_DIFFERENTIABLE or STRUCTURAL (a test
+checks it): unsupported is a rule, not a missing key.
+"""
+import numpy as np
+
+from dfc.compiler import ops_api as K
+from dfc.compiler.tracing import current_builder
+from dfc.compiler.autodiff import tensor_array_grad as ta_grad
+from dfc.errors import DfcError
+
+
+def _make(op, inputs, attrs=None):
+    return current_builder().make1(op, inputs, attrs)
+
+
+def _known(shape):
+    return shape is not None and None not in shape
+
+
+def unbroadcast(op, k, g):
+    """g (shaped like the op's output) summed down to the shape of input k."""
+    s = op.input(k).shape
+    if _known(s) and tuple(s) == tuple(g.shape or ()) and _known(g.shape):
+        return g
+    return _make("SumToShape", (g, op.shape_in(k)))
+
+
+def _binary(fx, fy):
+    return lambda op, g: [unbroadcast(op, 0, fx(op, g)), unbroadcast(op, 1, fy(op, g))]
+
+
+def _axes(op):
+    rank = op.input(0).ndim
+    axis = op.attrs["axis"]
+    if axis is None:
+        return None if rank is None else list(range(rank))
+    axis = [axis] if isinstance(axis, int) else list(axis)
+    if rank is None:
+        if any(a < 0 for a in axis):
+            raise DfcError(f"gradient of {op.type} over negative axes needs a known rank", node=op.node.name)
+        return sorted(axis)
+    return sorted(a % max(rank, 1) for a in axis)
+
+
+def _keep_dims(op, t):
+    """A reduction result t reshaped as with keepdims=True."""
+    if op.attrs["keepdims"]:
+        return t
+    axes = _axes(op)
+    if axes is None:        # full reduction of unknown rank: t is a scalar, broadcasting is enough
+        return t
+    for a in axes:
+        t = K.expand_dims(t, a)
+    return t
+
+
+def _sum_grad(op, g):
+    return [_make("BroadcastTo", (_keep_dims(op, g), op.shape_in(0)))]
+
+
+def _count(op):
+    """Number of elements reduced into each output element, as the input dtype."""
+    x, z = op.input(0), op.output(0)
+    if _known(x.shape) and _known(z.shape):
+        return float(np.prod(x.shape) / max(np.prod(z.shape), 1))
+    return K.cast(K.reduce_prod(op.shape_in(0)) // K.maximum(K.reduce_prod(op.shape_out(0)), 1), x.dtype)
+
+
+def _mean_grad(op, g):
+    return [K.divide(_sum_grad(op, g)[0], _count(op))]
+
+
+def _extremum_grad(op, g):
+    x, z = op.x(0), op.y(0)
+    mask = K.cast(K.equal(x, _keep_dims(op, z)), x.dtype)
+    ties = K.reduce_sum(mask, op.attrs["axis"], keepdims=True)
+    return [K.divide(mask * _keep_dims(op, g), ties)]
+
+
+def _prod_grad(op, g):
+    return [K.divide(_make("BroadcastTo", (_keep_dims(op, g * op.y(0)), op.shape_in(0))), op.x(0))]
+
+
+def _matmul_grad(op, g):
+    ta, tb = op.attrs["transpose_a"], op.attrs["transpose_b"]
+    a, b = op.x(0), op.x(1)
+    mm = K.matmul
+    if not ta and not tb:
+        ga, gb = mm(g, b, transpose_b=True), mm(a, g, transpose_a=True)
+    elif not ta and tb:
+        ga, gb = mm(g, b), mm(g, a, transpose_a=True)
+    elif ta and not tb:
+        ga, gb = mm(b, g, transpose_b=True), mm(a, g)
+    else:
+        ga, gb = mm(b, g, transpose_a=True, transpose_b=True), mm(g, a, transpose_a=True, transpose_b=True)
+    if op.input(0).ndim == 2 and op.input(1).ndim == 2:
+        return [ga, gb]
+    return [unbroadcast(op, 0, ga), unbroadcast(op, 1, gb)]
+
+
+def _cast_grad(op, g):
+    src = op.input(0).dtype
+    return [K.cast(g, src) if src in ("float32", "float64") else None]
+
+
+def _transpose_grad(op, g):
+    perm = op.attrs["perm"]
+    return [K.transpose(g, None if perm is None else list(np.argsort(perm)))]
+
+
+def _concat_grad(op, g):
+    rank = op.input(0).ndim
+    if rank is None:
+        raise DfcError("gradient of concat needs inputs of known rank", node=op.node.name)
+    ax = op.attrs["axis"] % rank
+    out, start = [], 0
+    for k in range(op.n_inputs):
+        d = op.input(k).shape[ax]
+        size = d if d is not None else op.shape_in(k)[ax]
+        stop = start + size
+        out.append(K.getitem(g, (slice(None),) * ax + (slice(start, stop),)))
+        start = stop
+    return out
+
+
+def _unstack_grad(op, *gs):
+    gs = [g if g is not None else op.gs.zeros_for(op.output(p)) for p, g in enumerate(gs)]
+    return [K.stack(gs, axis=op.attrs["axis"])]
+
+
+def _getitem_grad(op, g):
+    idx = [op.x(k) for k in range(1, op.n_inputs)]
+    return [_make("GetItemGrad", [g, op.shape_in(0)] + idx, {"spec": op.attrs["spec"]})] + [None] * len(idx)
+
+
+def _getitem_grad_grad(op, g):
+    idx = [op.x(k) for k in range(2, op.n_inputs)]
+    return [_make("GetItem", [g] + idx, {"spec": op.attrs["spec"]}), None] + [None] * len(idx)
+
+
+def _where_grad(op, g):
+    c = op.x(0)
+    zero = K.zeros_like(g)
+    return [None, unbroadcast(op, 1, K.where(c, g, zero)), unbroadcast(op, 2, K.where(c, zero, g))]
+
+
+def _pow_grad(op, g):
+    x, y = op.x(0), op.x(1)
+    gx = g * y * K.pow(x, y - 1)
+    pos = K.greater(x, 0)
+    gy = g * op.y(0) * K.where(pos, K.log(K.where(pos, x, K.ones_like(x))), K.zeros_like(x))
+    return [unbroadcast(op, 0, gx), unbroadcast(op, 1, gy)]
+
+
+def _select(cond_fn):
+    def rule(op, g):
+        mask = cond_fn(op.x(0), op.x(1))
+        zero = K.zeros_like(g)
+        return [unbroadcast(op, 0, K.where(mask, g, zero)), unbroadcast(op, 1, K.where(mask, zero, g))]
+    return rule
+
+
+def _softmax_grad(op, g):
+    z = op.y(0)
+    return [z * (g - K.reduce_sum(g * z, op.attrs["axis"], keepdims=True))]
+
+
+def _log_softmax_grad(op, g):
+    return [g - K.exp(op.y(0)) * K.reduce_sum(g, op.attrs["axis"], keepdims=True)]
+
+
+GRADS = {
+    # elementwise binary (broadcasting summed back by unbroadcast)
+    "Add": _binary(lambda op, g: g, lambda op, g: g),
+    "Sub": _binary(lambda op, g: g, lambda op, g: -g),
+    "Mul": _binary(lambda op, g: g * op.x(1), lambda op, g: g * op.x(0)),
+    "Div": _binary(lambda op, g: g / op.x(1), lambda op, g: -g * op.x(0) / K.square(op.x(1))),
+    "Mod": _binary(lambda op, g: g, lambda op, g: -g * K.floordiv(op.x(0), op.x(1))),
+    "Pow": _pow_grad,
+    "Maximum": _select(K.greater_equal),
+    "Minimum": _select(K.less_equal),
+    "Where": _where_grad,
+    # elementwise unary
+    "Neg": lambda op, g: [-g],
+    "Abs": lambda op, g: [g * K.sign(op.x(0))],
+    "Square": lambda op, g: [g * 2 * op.x(0)],
+    "Sqrt": lambda op, g: [g * 0.5 / op.y(0)],
+    "Rsqrt": lambda op, g: [g * -0.5 * K.pow(op.y(0), 3)],
+    "Exp": lambda op, g: [g * op.y(0)],
+    "Log": lambda op, g: [g / op.x(0)],
+    "Log1p": lambda op, g: [g / (1 + op.x(0))],
+    "Sin": lambda op, g: [g * K.cos(op.x(0))],
+    "Cos": lambda op, g: [-g * K.sin(op.x(0))],
+    "Tanh": lambda op, g: [g * (1 - K.square(op.y(0)))],
+    "Sigmoid": lambda op, g: [g * op.y(0) * (1 - op.y(0))],
+    "Reciprocal": lambda op, g: [-g * K.square(op.y(0))],
+    "Relu": lambda op, g: [K.where(K.greater(op.y(0), 0), g, K.zeros_like(g))],
+    "Identity": lambda op, g: [g],
+    "Cast": _cast_grad,
+    # shapes and indexing
+    "Fill": lambda op, g: [None, _make("SumToShape", (g, op.shape_in(1)))],
+    "Reshape": lambda op, g: [K.reshape(g, op.shape_in(0)), None],
+    "Transpose": _transpose_grad,
+    "ExpandDims": lambda op, g: [K.reshape(g, op.shape_in(0))],
+    "Squeeze": lambda op, g: [K.reshape(g, op.shape_in(0))],
+    "Concat": _concat_grad,
+    "Stack": lambda op, g: list(K.unstack(g, op.n_inputs, op.attrs["axis"])),
+    "Unstack": _unstack_grad,
+    "Split": lambda op, *gs: [K.concat([g if g is not None else op.gs.zeros_for(op.output(p))
+                                        for p, g in enumerate(gs)], axis=op.attrs["axis"])],
+    "BroadcastTo": lambda op, g: [_make("SumToShape", (g, op.shape_in(0))), None],
+    "SumToShape": lambda op, g: [_make("BroadcastTo", (g, op.shape_in(0))), None],
+    "GetItem": _getitem_grad,
+    "GetItemGrad": _getitem_grad_grad,
+    "Gather": lambda op, g: [_make("ScatterAdd", (op.shape_in(0), op.x(1), g), {"axis": op.attrs["axis"]}),
+                             None],
+    "ScatterAdd": lambda op, g: [None, None, K.gather(g, op.x(1), op.attrs["axis"])],
+    # reductions and nn
+    "Sum": _sum_grad,
+    "Mean": _mean_grad,
+    "Max": _extremum_grad,
+    "Min": _extremum_grad,
+    "Prod": _prod_grad,
+    "Softmax": _softmax_grad,
+    "LogSoftmax": _log_softmax_grad,
+    "MatMul": _matmul_grad,
+    # state
+    "ReadVariable": lambda op, g: [g],
+    # TensorArrays (§5.2): read <-> write, stack <-> unstack, gather <-> scatter
+    "TensorArrayRead": ta_grad.read_grad,
+    "TensorArrayWrite": ta_grad.write_grad,
+    "TensorArrayStack": ta_grad.stack_grad,
+    "TensorArrayUnstack": ta_grad.unstack_grad,
+    "TensorArrayGather": ta_grad.gather_grad,
+    "TensorArrayScatter": ta_grad.scatter_grad,
+    "TensorArrayConcat": ta_grad.concat_grad,
+}
+
+# Zero or undefined derivative, integer/bool results, sources, state and side effects.
+NOT_DIFFERENTIABLE = frozenset("""
+    Less LessEqual Greater GreaterEqual Equal NotEqual LogicalAnd LogicalOr LogicalNot IsFinite
+    Sign Floor Ceil Round FloorDiv StopGradient ZerosLike OnesLike OneHot All Any ArgMax ArgMin
+    Const Placeholder Range RandomUniform RandomNormal Shape Size Rank LoopCond NoOp Print Assert
+    VarHandle Assign AssignAdd AssignSub StackV2 StackPush StackPop
+    TensorArray TensorArraySize TensorArrayGrad Save Restore Send Recv
+""".split())
+
+# Control-flow primitives: their gradients are the dual constructs built by control_flow_grad
+# (Switch <-> Merge for cond; Enter <-> Exit, accumulators and a reversed loop for while_loop).
+STRUCTURAL = frozenset("Switch Merge Enter Exit NextIteration".split())

@@ -1,0 +1,110 @@
+"""Optimizers: build variable updates (Assign/AssignAdd/AssignSub) into the graph being traced.
+
+A training step is then one graph, and a whole training loop can be an
+in-graph dfc.while_loop whose body calls `opt.minimize(loss_fn(), var_list)`
+(updates are side effects, ordered in program order in every iteration).
+
+    opt = dfc.train.Adam(0.01)
+    def step(x, y):
+        loss = ...                                  # reads the variables
+        opt.minimize(loss, [w, b])                  # gradients + update ops
+        return loss
+"""
+import numpy as np
+
+from dfc.compiler import ops_api
+from dfc.compiler.autodiff import gradients
+from dfc.compiler.variables import Variable
+
+
+class Optimizer:
+    """Base class: `minimize` = `compute_gradients` + `apply_gradients`."""
+
+    def __init__(self, learning_rate):
+        self.learning_rate = learning_rate
+        self._slots = {}
+
+    def compute_gradients(self, loss, var_list):
+        """[(gradient or None, variable)] of loss with respect to each variable."""
+        var_list = list(var_list)
+        return list(zip(gradients(loss, var_list), var_list))
+
+    def minimize(self, loss, var_list):
+        """Build the update of every variable in var_list from the gradient of loss; return the new values."""
+        return self.apply_gradients(self.compute_gradients(loss, var_list))
+
+    def apply_gradients(self, grads_and_vars):
+        """Build one update per (gradient, variable) pair (pairs with a None gradient are skipped)."""
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        self._prepare(pairs)
+        return [self._apply(ops_api.cast(g, v.dtype), v) for g, v in pairs]
+
+    def _prepare(self, pairs):
+        pass
+
+    def _slot(self, var, name):
+        key = (id(var), name)
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = (var, Variable(np.zeros(var.shape, var.dtype), name=f"{var.name}_{name}"))
+        return slot[1]
+
+    def _apply(self, grad, var):
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """var -= learning_rate * grad."""
+
+    def _apply(self, grad, var):
+        return var.assign_sub(self.learning_rate * grad)
+
+
+class Momentum(Optimizer):
+    """accum = momentum * accum + grad; var -= learning_rate * accum (TF's MomentumOptimizer).
+
+    With nesterov=True: var -= learning_rate * (grad + momentum * accum).
+    """
+
+    def __init__(self, learning_rate, momentum=0.9, nesterov=False):
+        super().__init__(learning_rate)
+        self.momentum, self.nesterov = momentum, nesterov
+
+    def _apply(self, grad, var):
+        accum = self._slot(var, "momentum")
+        a = accum.assign(self.momentum * accum.read_value() + grad)
+        step = grad + self.momentum * a if self.nesterov else a
+        return var.assign_sub(self.learning_rate * step)
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba), bias-corrected as in TF's AdamOptimizer:
+
+        t += 1; lr_t = lr * sqrt(1 - beta2**t) / (1 - beta1**t)
+        m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g * g
+        var -= lr_t * m / (sqrt(v) + epsilon)
+    """
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8):
+        super().__init__(learning_rate)
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+        self._step = None
+
+    def _prepare(self, pairs):
+        if self._step is None:
+            self._step = Variable(np.zeros((), np.float64), name="adam_step")
+        t = self._step.assign_add(np.float64(1.0))
+        self._lr_t = self.learning_rate * ops_api.sqrt(1 - ops_api.pow(self.beta2, t)) / \
+            (1 - ops_api.pow(self.beta1, t))
+
+    def _apply(self, grad, var):
+        m, v = self._slot(var, "m"), self._slot(var, "v")
+        m_new = m.assign(self.beta1 * m.read_value() + (1 - self.beta1) * grad)
+        v_new = v.assign(self.beta2 * v.read_value() + (1 - self.beta2) * ops_api.square(grad))
+        lr_t = ops_api.cast(self._lr_t, var.dtype)
+        return var.assign_sub(lr_t * m_new / (ops_api.sqrt(v_new) + self.epsilon))
+
+
+GradientDescent = SGD
+
+__all__ = ["Optimizer", "SGD", "GradientDescent", "Momentum", "Adam"]

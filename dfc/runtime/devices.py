@@ -1,0 +1,371 @@
+"""Devices: where a partition runs, which array module it uses, and how many bytes it holds.
+
+Three kinds, named "KIND:N":
+
+- `cpu:N`  numpy; `cpu:0` ... `cpu:7` always exist. Several logical CPU devices
+  let a graph be partitioned and run concurrently on one machine.
+- `gpu:N`  cupy, imported only when a gpu device is first used; separate
+  streams for compute, host-to-device and device-to-host copies.
+- `accel:N` a memory-capped accelerator made of numpy arrays: every tensor's
+  bytes are counted from its creation until its last consumer is done, and
+  going past the capacity raises DfcOutOfMemory. It makes the memory
+  behaviour of §5.3 (swapping) testable without a GPU.
+
+Accounting is by buffer: a value and its views (reshape, slicing, Identity)
+share one entry, counted once; an entry is freed when its reference count
+(set by the executor from the number of consumers, plus holds by stacks,
+TensorArrays and variables) returns to zero.
+"""
+import re
+import threading
+import weakref
+
+import numpy as np
+
+from dfc.errors import DfcError, DfcGraphError, DfcOutOfMemory
+
+KINDS = ("cpu", "gpu", "accel")
+NUM_CPUS = 8
+NUM_ACCELS = 8
+DEFAULT_ACCEL_CAPACITY = 256 << 20
+# Ops whose kernels exist only on the host (they talk to files or stdout).
+HOST_ONLY_OPS = frozenset({"Print", "Save", "Restore"})
+
+_NAME = re.compile(r"^/?(?:device:)?([A-Za-z]+)(?::(\d+))?$")
+
+
+def canonical_name(name, node=None):
+    """'cpu:1', 'CPU:1', '/device:CPU:1', 'cpu' -> 'cpu:1' / 'cpu:0'; anything else is a DfcError."""
+    m = _NAME.match(str(name).strip()) if isinstance(name, str) else None
+    kind = m and m.group(1).lower()
+    if kind not in KINDS:
+        raise DfcGraphError(f"bad device name {name!r} (use cpu:N, gpu:N or accel:N)", node=node)
+    return f"{kind}:{int(m.group(2) or 0)}"
+
+
+def _base(a):
+    """The array that owns a's memory (views share their base's buffer)."""
+    while True:
+        b = a.base
+        if b is None or not hasattr(b, "nbytes") or not hasattr(b, "base"):
+            return a
+        a = b
+
+
+def is_array(v):
+    return isinstance(v, np.ndarray) or hasattr(v, "__cuda_array_interface__")
+
+
+class MemoryTracker:
+    """Exact byte accounting of one device, thread-safe.
+
+    acquire(v, n) adds n references to v's buffer (allocating it when new);
+    release(v) drops one; hold/handoff let a stack keep a value between the
+    executor's acquire and release. Values that are not arrays are ignored.
+    """
+
+    def __init__(self, device, capacity=None):
+        self.device, self.capacity = device, capacity
+        self.lock = threading.Lock()
+        self.entries = {}          # id(base) -> [base, refs, pins, nbytes, handoffs]
+        self.in_use = self.peak = 0
+        self.pressure = None       # callable() -> bool: free memory (wait for swap-outs); True if it may help
+
+    def _entry(self, v, create):
+        if not is_array(v):
+            return None
+        b = _base(v)
+        e = self.entries.get(id(b))
+        if e is None and create:
+            e = [b, 0, 0, int(b.nbytes), 0]
+        return e
+
+    def acquire(self, v, n=1, node=None):
+        """Add n references to v (n may be 0: allocated and freed at once, for peak accounting)."""
+        if not is_array(v):
+            return
+        with self.lock:
+            if self._add(v, n, node, can_wait=self.pressure is not None):
+                return
+        self.pressure()      # wait for swap-outs in flight to free device memory, then try again
+        with self.lock:
+            self._add(v, n, node, can_wait=False)
+
+    def _add(self, v, n, node, can_wait):
+        e = self._entry(v, True)
+        if id(e[0]) not in self.entries:
+            if can_wait and self.capacity is not None and self.in_use + e[3] > self.capacity:
+                return False
+            self._allocate(e, node)
+        e[1] += n - e[4]
+        e[4] = 0
+        if e[1] <= 0 and e[2] == 0:
+            self._free(e)
+        return True
+
+    def _allocate(self, e, node):
+        if self.capacity is not None and self.in_use + e[3] > self.capacity:
+            raise DfcOutOfMemory(f"device {self.device} out of memory: {self.in_use} bytes in use + {e[3]} "
+                                 f"> capacity {self.capacity}", node=node)
+        self.entries[id(e[0])] = e
+        self.in_use += e[3]
+        if self.in_use > self.peak:
+            self.peak = self.in_use
+
+    def _free(self, e):
+        if self.entries.pop(id(e[0]), None) is not None:
+            self.in_use -= e[3]
+
+    def release(self, v):
+        if not is_array(v):
+            return
+        with self.lock:
+            e = self._entry(v, False)
+            if e is None:
+                return
+            e[1] -= 1
+            if e[1] <= 0 and e[2] == 0 and e[4] == 0:
+                self._free(e)
+
+    def hold(self, v, node=None):
+        self.acquire(v, 1, node)
+
+    def handoff(self, v):
+        """The caller's hold on v becomes one of the references the executor adds next (StackPop)."""
+        if not is_array(v):
+            return
+        with self.lock:
+            e = self._entry(v, False)
+            if e is not None:
+                e[4] += 1
+
+    def pin(self, v, node=None):
+        """A reference that survives the end of a run (variable values)."""
+        if not is_array(v):
+            return
+        with self.lock:
+            e = self._entry(v, True)
+            if id(e[0]) not in self.entries:
+                self._allocate(e, node)
+            e[2] += 1
+
+    def unpin(self, v):
+        if not is_array(v):
+            return
+        with self.lock:
+            e = self._entry(v, False)
+            if e is not None:
+                e[2] -= 1
+                if e[2] <= 0 and e[1] <= 0:
+                    self._free(e)
+
+    def end_run(self):
+        """Drop every reference a run left behind (values of unfinished nodes, TensorArrays, fetches)."""
+        with self.lock:
+            for key, e in list(self.entries.items()):
+                e[1] = e[4] = 0
+                if e[2] <= 0:
+                    del self.entries[key]
+                    self.in_use -= e[3]
+
+    def nbytes(self, v):
+        return int(_base(v).nbytes) if is_array(v) else 0
+
+    def stats(self):
+        return {"in_use": self.in_use, "peak": self.peak, "capacity": self.capacity}
+
+
+class Device:
+    """A device: its name, array module, capabilities and (optional) memory accounting."""
+    kind = "cpu"
+    accounts = False       # the executor refcounts values for memory accounting
+    speed = 1.0            # relative compute speed for the placement cost model
+
+    def __init__(self, name, capacity=None, track=False):
+        self.name = name
+        self.index = int(name.split(":")[1])
+        self.capacity = capacity
+        self.memory = MemoryTracker(name, capacity) if (self.accounts or track) else None
+        self.lock = threading.Lock()
+
+    @property
+    def xp(self):
+        return np
+
+    def supports(self, op):
+        return True
+
+    def check_op(self, node):
+        if not self.supports(node.op):
+            raise DfcGraphError(f"no kernel for op {node.op!r} on device {self.name}", node=node.name)
+
+    def to_device(self, v):
+        """A value received from another device, as this device's array type."""
+        return v
+
+    def to_host(self, v):
+        return v
+
+    def copy_to_host(self, v):
+        """A host copy of a device value (device-to-host transfer for swapping)."""
+        return np.array(v, copy=True)
+
+    def copy_from_host(self, v):
+        return np.array(v, copy=True)
+
+    def run_context(self):
+        return _NullContext()
+
+    def __repr__(self):
+        return f"<Device {self.name}>"
+
+
+class _NullContext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class CPUDevice(Device):
+    kind = "cpu"
+
+
+class AccelDevice(Device):
+    """A memory-capped accelerator of numpy arrays: exact byte accounting, DfcOutOfMemory past capacity."""
+    kind = "accel"
+    accounts = True
+
+    def supports(self, op):
+        return op not in HOST_ONLY_OPS
+
+
+class GPUDevice(Device):
+    """A CUDA GPU through cupy: compute on one stream, copies on two more (§5.3)."""
+    kind = "gpu"
+    accounts = True
+    speed = 10.0
+
+    def __init__(self, name, capacity=None, track=False):
+        cp = _cupy()
+        if cp is None:
+            raise DfcError(f"device {name} needs cupy and a CUDA GPU, and cupy is not installed")
+        index = int(name.split(":")[1])
+        if index >= cp.cuda.runtime.getDeviceCount():
+            raise DfcError(f"device {name} does not exist ({cp.cuda.runtime.getDeviceCount()} GPU(s))")
+        with cp.cuda.Device(index):
+            total = cp.cuda.runtime.memGetInfo()[1]
+            self.compute_stream = cp.cuda.Stream(non_blocking=True)
+            self.h2d_stream = cp.cuda.Stream(non_blocking=True)
+            self.d2h_stream = cp.cuda.Stream(non_blocking=True)
+        super().__init__(name, capacity or total, track)
+        self._cp = cp
+
+    @property
+    def xp(self):
+        return self._cp
+
+    def supports(self, op):
+        return op not in HOST_ONLY_OPS
+
+    def to_device(self, v):
+        if hasattr(v, "__cuda_array_interface__"):
+            return v
+        with self._cp.cuda.Device(self.index), self.h2d_stream:
+            out = self._cp.asarray(v)
+            self.h2d_stream.synchronize()
+        return out
+
+    def to_host(self, v):
+        if hasattr(v, "__cuda_array_interface__"):
+            with self._cp.cuda.Device(self.index):
+                return v.get(stream=self.d2h_stream)
+        return v
+
+    def copy_to_host(self, v):
+        with self._cp.cuda.Device(self.index):
+            out = v.get(stream=self.d2h_stream)
+            self.d2h_stream.synchronize()
+        return out
+
+    def copy_from_host(self, v):
+        return self.to_device(v)
+
+    def run_context(self):
+        dev = self._cp.cuda.Device(self.index)
+        stream = self.compute_stream
+
+        class _Ctx:
+            def __enter__(self_):
+                dev.__enter__()
+                stream.__enter__()
+
+            def __exit__(self_, *exc):
+                stream.__exit__(*exc)
+                dev.__exit__(*exc)
+                return False
+        return _Ctx()
+
+
+_CUPY = []
+
+
+def _cupy():
+    if not _CUPY:
+        try:
+            import cupy
+            cupy.cuda.runtime.getDeviceCount()
+            _CUPY.append(cupy)
+        except Exception:   # noqa: BLE001 — no cupy, no driver or no GPU: gpu devices do not exist
+            _CUPY.append(None)
+    return _CUPY[0]
+
+
+def gpu_available():
+    return _cupy() is not None
+
+
+_CLASSES = {"cpu": CPUDevice, "gpu": GPUDevice, "accel": AccelDevice}
+
+
+class DeviceSet:
+    """The devices one Session may use, created on first use.
+
+    memory_caps: {"accel:0": bytes, ...} capacities (accel default 256 MiB);
+    track_memory: also account bytes on cpu devices (for peak reports).
+    """
+
+    def __init__(self, memory_caps=None, track_memory=False):
+        self.caps = {}
+        for k, v in (memory_caps or {}).items():
+            self.caps[canonical_name(k)] = None if v is None else int(v)
+        self.track = bool(track_memory)
+        self.devices = {}
+        self._refs = weakref.WeakValueDictionary()
+
+    def exists(self, name):
+        kind, idx = name.split(":")
+        idx = int(idx)
+        if kind == "cpu":
+            return idx < NUM_CPUS or name in self.caps
+        if kind == "accel":
+            return idx < NUM_ACCELS or name in self.caps
+        cp = _cupy()
+        return cp is not None and idx < cp.cuda.runtime.getDeviceCount()
+
+    def get(self, name, node=None):
+        name = canonical_name(name, node)
+        d = self.devices.get(name)
+        if d is None:
+            if not self.exists(name):
+                hint = " (gpu devices need cupy and a CUDA GPU)" if name.startswith("gpu") else ""
+                raise DfcGraphError(f"device {name} does not exist{hint}; available: "
+                                    f"cpu:0..cpu:{NUM_CPUS - 1}, accel:0..accel:{NUM_ACCELS - 1}", node=node)
+            kind = name.split(":")[0]
+            cap = self.caps.get(name, DEFAULT_ACCEL_CAPACITY if kind == "accel" else None)
+            d = self.devices[name] = _CLASSES[kind](name, cap, self.track)
+        return d
+
+    def memory_stats(self):
+        return {n: d.memory.stats() for n, d in sorted(self.devices.items()) if d.memory is not None}
