@@ -35,6 +35,7 @@ _LAZY.update({
     "value_and_grad": ("dfc.compiler.autodiff", "value_and_grad"),
     "train": ("dfc.compiler.train", None),
     "nest": ("dfc.nest", None),
+    "Checkpoint": ("dfc.compiler.checkpoint", "Checkpoint"),
 })
 # numpy-style aliases
 _ALIASES = {"sum": "reduce_sum", "mean": "reduce_mean", "max": "reduce_max", "min": "reduce_min",

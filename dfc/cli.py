@@ -76,7 +76,9 @@ def _parse_value(name, text):
 @click.option("--output", "out_path", type=click.Path(dir_okay=False), help="Write outputs to an .npz file.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"outputs": [...]} as JSON.')
 @click.option("--mode", type=click.Choice(["reference", "threads"]), default=None, help="Executor mode.")
-def run_cmd(graph_file, inputs, out_path, as_json, mode):
+@click.option("--device-map", "device_map", multiple=True, metavar="FROM=TO",
+              help="Run nodes placed on device FROM on device TO (repeatable), e.g. gpu:0=cpu:1.")
+def run_cmd(graph_file, inputs, out_path, as_json, mode, device_map):
     """Run a graph saved by `dfc compile` (or dfc.save)."""
     import numpy as np
     from dfc.ir.serialize import load
@@ -88,7 +90,8 @@ def run_cmd(graph_file, inputs, out_path, as_json, mode):
         if not sep or not name:
             raise click.UsageError(f"--input needs NAME=VALUE, got {item!r}")
         feeds[name] = _parse_value(name, value)
-    flat = [np.asarray(v) for v in Session(g, mode=mode).call_flat(**feeds)]
+    dmap = _parse_device_map(device_map)
+    flat = [np.asarray(v) for v in Session(g, mode=mode, device_map=dmap).call_flat(**feeds)]
     if out_path:
         np.savez(out_path, **{f"output_{k}": v for k, v in enumerate(flat)})
     if as_json:
@@ -98,12 +101,31 @@ def run_cmd(graph_file, inputs, out_path, as_json, mode):
             click.echo(f"output {k}: {np.array2string(v, threshold=50)}")
 
 
+def _parse_device_map(items):
+    out = {}
+    for item in items:
+        a, sep, b = item.partition("=")
+        if not sep or not a or not b:
+            raise click.UsageError(f"--device-map needs FROM=TO, got {item!r}")
+        out[a.strip()] = b.strip()
+    return out
+
+
 @main.command("show")
 @click.argument("graph_file", type=click.Path(dir_okay=False))
-def show_cmd(graph_file):
+@click.option("--partitions", is_flag=True, help="Print the per-device graphs with their Send/Recv nodes.")
+@click.option("--device-map", "device_map", multiple=True, metavar="FROM=TO", help="As for `dfc run`.")
+def show_cmd(graph_file, partitions, device_map):
     """Print one line per node."""
     from dfc.ir.serialize import load
-    click.echo(load(graph_file).text())
+    g = load(graph_file)
+    if not partitions:
+        click.echo(g.text())
+        return
+    from dfc.runtime.devices import DeviceSet
+    from dfc.runtime.partition import place, partition
+    where = place(g, DeviceSet(), _parse_device_map(device_map))
+    click.echo(partition(g, where).text())
 
 
 @main.command("viz")

@@ -71,8 +71,10 @@ class CondBranch(Context):
 
 
 class CondState:
-    def __init__(self, pred, name):
+    def __init__(self, pred, name, outer=None):
         self.pred, self.name, self.switches = pred, name, {}
+        # filled in as the cond is built (gradients may look at a cond still being built)
+        self.outer, self.merges, self.branches = outer, [], {}
 
 
 class WhileContext(Context):
@@ -131,7 +133,7 @@ def cond(pred, true_fn, false_fn, names=None, name=None):
         raise DfcTypeError(f"cond predicate must be a scalar, got shape {dt.format_shape(pred.shape)}", loc=loc)
     outer = b.ctx
     pred = capture(pred, outer, b, loc)
-    state = CondState(pred, b.unique(name or "cond"))
+    state = CondState(pred, b.unique(name or "cond"), outer)
     branches = []
     for branch, fn in ((1, true_fn), (0, false_fn)):
         ctx = CondBranch(b, outer, state, branch)

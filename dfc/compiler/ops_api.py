@@ -39,6 +39,10 @@ def _weak_value(v):
 def operands(x, y):
     """Both operands as tensors of one dtype (numpy promotion; Python scalars and weak tensors take
     the dtype of the strongly typed side, as in JAX)."""
+    if not isinstance(x, Tensor) and hasattr(x, "_dfc_tensor"):    # a Variable reads its value
+        x = x._dfc_tensor()
+    if not isinstance(y, Tensor) and hasattr(y, "_dfc_tensor"):
+        y = y._dfc_tensor()
     xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
     xw, yw = _is_weak(x), _is_weak(y)
     if xt and yt and xw != yw:
@@ -125,8 +129,20 @@ def cast(x, dtype):
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False):
+    """numpy.matmul: a 1-D operand is a row (left) or column (right) vector that the result drops."""
     a, b = operands(a, b)
-    return _b().make1("MatMul", (a, b), {"transpose_a": transpose_a, "transpose_b": transpose_b})
+    va, vb = a.ndim == 1, b.ndim == 1
+    if va:
+        a = expand_dims(a, 0)
+    if vb:
+        b = expand_dims(b, -1)
+    out = _b().make1("MatMul", (a, b), {"transpose_a": transpose_a and not va,
+                                        "transpose_b": transpose_b and not vb})
+    if vb:
+        out = squeeze(out, -1)
+    if va:
+        out = squeeze(out, -1 if vb else -2)
+    return out
 
 
 def _reducer(op):

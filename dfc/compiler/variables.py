@@ -7,6 +7,7 @@ from the initial value on the graph's first run.
 import itertools
 
 from dfc.errors import DfcError
+from dfc.ir import dtypes as dt
 from dfc.compiler.tracing import Tensor, convert, const_array, current_builder, user_location
 
 _ids = itertools.count()
@@ -51,7 +52,7 @@ class Variable:
 
     def _update(self, op, v):
         v = convert(v, self.dtype)
-        if v.shape is not None and v.shape != self.shape:
+        if v.shape is not None and not dt.shapes_compatible(v.shape, self.shape):
             raise DfcError(f"cannot {op} a value of shape {list(v.shape)} to variable {self.name!r} of shape "
                            f"{list(self.shape)}", loc=user_location())
         return current_builder().make1(op, (self.handle(), v))

@@ -14,12 +14,12 @@ copies are in flight, the allocator waits for them before giving up.
 Stacks swap when their StackV2 has swap_memory=True (dfc.while_loop(...,
 swap_memory=True)) or when the session's swap_memory option is on.
 """
-import concurrent.futures
+import queue
 import threading
 import weakref
 
 from dfc.errors import DfcRuntimeError
-from dfc.runtime.devices import _base, is_array
+from dfc.runtime.devices import is_array
 
 
 class HostCopy:
@@ -29,45 +29,47 @@ class HostCopy:
         self.value = None
 
 
+QUEUED, CANCELLED, COPYING, OUT, FETCHING, IN = range(6)
+
+
 class Swapped:
-    """A stack entry that is (or is being) copied to host."""
-    __slots__ = ("value", "host", "out", "inn", "nbytes")
+    """A stack entry that is (or is being) copied to host; `state` moves QUEUED -> COPYING -> OUT
+    (-> FETCHING -> IN when prefetched), or QUEUED -> CANCELLED when popped before its copy started."""
+    __slots__ = ("value", "host", "nbytes", "state")
 
     def __init__(self, value, host, nbytes):
-        self.value, self.host, self.nbytes = value, host, nbytes
-        self.out = self.inn = None
+        self.value, self.host, self.nbytes, self.state = value, host, nbytes, QUEUED
 
 
 class Swapper:
-    """The swap policy and I/O threads of one device."""
+    """The swap policy and the two I/O threads (device-to-host, host-to-device) of one device."""
 
     def __init__(self, device, threshold=0.5, min_bytes=4096, prefetch=2, always=False):
         self.device, self.mem = device, device.memory
         self.threshold, self.min_bytes, self.prefetch, self.always = threshold, min_bytes, prefetch, always
-        self.lock = threading.Lock()
-        self.copies = {}      # id(device buffer) -> (weakref to it, HostCopy): never copy a value twice
-        self.outs = []        # copy-out futures not known to be done
+        self.cond = threading.Condition()
+        self.copies = {}      # id(device array) -> (weakref to it, HostCopy): never copy a value twice
+        self.pending_out = 0  # entries queued or being copied out
         self._d2h = self._h2d = None
         self.stats = {"swapped_out": 0, "bytes_out": 0, "swapped_in": 0, "prefetched": 0, "reused": 0,
                       "cancelled": 0}
         self.mem.pressure = self.wait_for_copies
 
-    @property
-    def d2h(self):
-        if self._d2h is None:
-            self._d2h = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"dfc-{self.device.name}-d2h")
-        return self._d2h
-
-    @property
-    def h2d(self):
-        if self._h2d is None:
-            self._h2d = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"dfc-{self.device.name}-h2d")
-        return self._h2d
+    def _queue(self, which):
+        q = getattr(self, which)
+        if q is None:
+            q = queue.SimpleQueue()
+            setattr(self, which, q)
+            loop = self._copy_out_loop if which == "_d2h" else self._copy_in_loop
+            threading.Thread(target=loop, args=(q,), name=f"dfc-{self.device.name}{which}", daemon=True).start()
+        return q
 
     def wants(self, v):
+        """Swap v out? Only arrays that own their memory (copying a view frees nothing), of at least
+        min_bytes, when the device holds more than threshold x capacity."""
         cap = self.mem.capacity
-        return cap is not None and is_array(v) and self.mem.nbytes(v) >= self.min_bytes and \
-            self.mem.in_use > self.threshold * cap
+        return cap is not None and is_array(v) and v.nbytes >= self.min_bytes and \
+            self.mem.nbytes(v) == v.nbytes and self.mem.in_use > self.threshold * cap
 
     # ------------------------------------------------------------------ push / pop
     def push(self, stack, v, node=None):
@@ -75,20 +77,17 @@ class Swapper:
         if not (getattr(stack, "swap", False) or self.always) or not self.wants(v):
             stack.append(v)
             return
-        b = _base(v)
-        with self.lock:
-            rec = self.copies.get(id(b))
-            if rec is not None and rec[0]() is b:
-                hc = rec[1]
-                self.stats["reused"] += 1
-            else:
-                hc = HostCopy()
-                self.copies[id(b)] = (weakref.ref(b), hc)
-        e = Swapped(v, hc, self.mem.nbytes(v))
-        e.out = self.d2h.submit(self._copy_out, e)
-        with self.lock:
-            self.outs = [f for f in self.outs if not f.done()]
-            self.outs.append(e.out)
+        rec = self.copies.get(id(v))      # keyed by the array object: views of one buffer differ
+        if rec is not None and rec[0]() is v:
+            hc = rec[1]
+            self.stats["reused"] += 1
+        else:
+            hc = HostCopy()
+            self.copies[id(v)] = (weakref.ref(v), hc)
+        e = Swapped(v, hc, v.nbytes)
+        with self.cond:
+            self.pending_out += 1
+        self._queue("_d2h").put(e)
         stack.append(e)
 
     def pop(self, stack, node=None):
@@ -96,72 +95,103 @@ class Swapper:
             raise DfcRuntimeError("pop from an empty stack", node=node)
         e = stack.pop()
         if isinstance(e, Swapped):
-            if e.out.cancel():
-                self.stats["cancelled"] += 1        # never left the device
-            else:
-                e.out.result()
-                if e.inn is not None:
-                    try:
-                        e.inn.result()
-                    except Exception:   # noqa: BLE001 — a failed prefetch is retried below
-                        pass
-                if e.value is None:
-                    v = self.device.copy_from_host(e.host.value)
-                    self.mem.acquire(v, 1, node)
-                    e.value = v
-                    self.stats["swapped_in"] += 1
+            with self.cond:
+                if e.state == QUEUED:
+                    e.state = CANCELLED           # never left the device; the stack's hold is intact
+                    self.stats["cancelled"] += 1
+                while e.state in (COPYING, FETCHING):
+                    self.cond.wait()
+                state = e.state
+            if state == OUT:
+                v = self.device.copy_from_host(e.host.value)
+                self.mem.acquire(v, 1, node)
+                e.value, e.state = v, IN
+                self.stats["swapped_in"] += 1
             v = e.value
         else:
             v = e
-        self._prefetch(stack)
+        if self.prefetch:
+            self._prefetch(stack)
         self.mem.handoff(v)
         return v
 
-    # ------------------------------------------------------------------ I/O threads
-    def _copy_out(self, e):
-        hc = e.host
-        if hc.value is None:
-            hc.value = self.device.copy_to_host(e.value)
-            self.stats["swapped_out"] += 1
-            self.stats["bytes_out"] += e.nbytes
-        v, e.value = e.value, None
-        self.mem.release(v)
-
-    def _copy_in(self, e):
-        e.out.result()
-        if e.value is None:
-            v = self.device.copy_from_host(e.host.value)
-            self.mem.acquire(v, 1)
-            e.value = v
-            self.stats["prefetched"] += 1
-
     def _prefetch(self, stack):
         cap = self.mem.capacity
-        for e in stack[::-1][:self.prefetch]:
-            if isinstance(e, Swapped) and e.inn is None and not e.out.cancelled():
+        for e in stack[-1:-self.prefetch - 1:-1]:
+            if isinstance(e, Swapped) and e.state == OUT:
                 if cap is not None and self.mem.in_use + 2 * e.nbytes > cap:
                     break
-                e.inn = self.h2d.submit(self._copy_in, e)
+                with self.cond:
+                    if e.state != OUT:
+                        continue
+                    e.state = FETCHING
+                self._queue("_h2d").put(e)
+
+    # ------------------------------------------------------------------ I/O threads
+    def _copy_out_loop(self, q):
+        while True:
+            e = q.get()
+            if e is None:
+                return
+            with self.cond:
+                if e.state == CANCELLED:
+                    self.pending_out -= 1
+                    self.cond.notify_all()
+                    continue
+                e.state = COPYING
+            hc = e.host
+            if hc.value is None:
+                hc.value = self.device.copy_to_host(e.value)
+                self.stats["swapped_out"] += 1
+                self.stats["bytes_out"] += e.nbytes
+            self.mem.release(e.value)
+            with self.cond:
+                e.value, e.state = None, OUT
+                self.pending_out -= 1
+                self.cond.notify_all()
+
+    def _copy_in_loop(self, q):
+        while True:
+            e = q.get()
+            if e is None:
+                return
+            if isinstance(e, threading.Event):
+                e.set()
+                continue
+            v = self.device.copy_from_host(e.host.value)
+            try:
+                self.mem.acquire(v, 1)
+            except DfcRuntimeError:       # no room after all: the pop copies it in itself
+                v = None
+            with self.cond:
+                if v is None:
+                    e.state = OUT
+                else:
+                    e.value, e.state = v, IN
+                    self.stats["prefetched"] += 1
+                self.cond.notify_all()
 
     def wait_for_copies(self):
-        with self.lock:
-            outs = list(self.outs)
-        concurrent.futures.wait(outs)
-        return bool(outs)
+        """Block until every queued copy-out is done (the allocator's answer to memory pressure)."""
+        with self.cond:
+            waited = self.pending_out > 0
+            while self.pending_out:
+                self.cond.wait()
+        return waited
 
     def end_run(self):
         """Wait for every copy in flight (stacks die with the run) and forget the host copies."""
         self.wait_for_copies()
         if self._h2d is not None:
-            self._h2d.submit(lambda: None).result()
-        with self.lock:
-            self.copies.clear()
-            self.outs = []
+            done = threading.Event()
+            self._h2d.put(done)
+            done.wait()
+        self.copies.clear()
 
     def close(self):
-        for ex in (self._d2h, self._h2d):
-            if ex is not None:
-                ex.shutdown(wait=True)
+        for q in (self._d2h, self._h2d):
+            if q is not None:
+                q.put(None)
 
 
 # ---------------------------------------------------------------------- kernels on accounting devices

@@ -6,9 +6,11 @@ place(graph, devices) gives every node a device:
   2. colocation: a resource (variable, stack, TensorArray) and every node its
      handle flows to are one group on one device, so a handle never crosses;
   3. everything else by a greedy earliest-finish simulation: in topological
-     order each node goes to the device (among those in use) where it would
-     finish first, counting a transfer cost for every input on another
-     device. Sources (constants, inputs) go where their first consumer went.
+     order each heavy node goes to the device (among those in use) where it
+     would finish first, counting a transfer cost for every input on another
+     device; a cheap node stays with its first input (so a loop variable's
+     Merge/Switch/Exit stay together). Sources (constants, inputs) go where
+     their first consumer went.
 
 partition(graph, where) rewrites the graph into one graph per device:
   - NextIteration moves to its Merge's device and an Enter is copied onto each
@@ -177,7 +179,9 @@ def _greedy(graph, devices, where, cands, default, groups):
                 arrive = finish[s] + (0.0 if sd in (None, d) else _XFER_SECONDS + nbytes / _XFER_BYTES_PER_SECOND)
                 start = max(start, arrive)
             end = start + _compute_seconds(n, types[n.name], in_types, devices.get(d))
-            key = (end, d != first_in, d != default, d)
+            # A cheap op stays with its first input (a loop's Switch with the loop variable, not the
+            # predicate); heavy ops go wherever they finish first.
+            key = (end, d != first_in, d != default, d) if heavy else (d != first_in, end, d != default, d)
             if best is None or key < best[0]:
                 best = (key, d, end)
         _, d, end = best

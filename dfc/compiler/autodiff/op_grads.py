@@ -205,7 +205,8 @@ GRADS = {
     "Cast": _cast_grad,
     # shapes and indexing
     "Fill": lambda op, g: [None, _make("SumToShape", (g, op.shape_in(1)))],
-    "Reshape": lambda op, g: [K.reshape(g, op.shape_in(0)), None],
+    "Reshape": lambda op, g: [K.reshape(g, list(op.input(0).shape) if _known(op.input(0).shape)
+                                         else op.shape_in(0)), None],
     "Transpose": _transpose_grad,
     "ExpandDims": lambda op, g: [K.reshape(g, op.shape_in(0))],
     "Squeeze": lambda op, g: [K.reshape(g, op.shape_in(0))],

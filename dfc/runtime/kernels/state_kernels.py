@@ -249,8 +249,9 @@ def _restore(node, xp):
     at = node.attrs
 
     def f(ctx, a):
+        path = at["path"] if at["path"].endswith(".npz") else at["path"] + ".npz"   # as np.savez names it
         try:
-            with np.load(at["path"]) as z:
+            with np.load(path) as z:
                 v = z[at["name"]]
         except (OSError, KeyError) as e:
             raise DfcRuntimeError(f"cannot restore {at['name']!r} from {at['path']!r}: {e}",

@@ -1,0 +1,63 @@
+"""dfc.Checkpoint: save Variables to a file and restore them, from inside a graph (Save / Restore ops).
+
+    ckpt = dfc.Checkpoint({"w": w, "b": b})     # or a list of Variables: named after v.name
+    ckpt.save("model.npz")        # in traced code: one Save node writing the variables' current values
+    w_, b_ = ckpt.restore("model.npz")          # Restore + Assign per variable; returns the restored values
+
+Equivalent Python when the graph runs:
+
+    save:    numpy.savez(path, w=w.value, b=b.value)
+    restore: with numpy.load(path) as z: w.value = z["w"]; b.value = z["b"]
+
+Where dfc differs: the path is a string fixed when the graph is built (an attr
+of the node), and it must end in ".npz" (numpy.savez would append the suffix
+and numpy.load would then miss the file). Save and Restore are side effects,
+so they run in program order with the variables' reads and assigns, inside
+loops and branches too (a save at one iteration of an in-graph training loop).
+"""
+from dfc.compiler.tracing import current_builder, user_location
+from dfc.compiler.variables import Variable
+from dfc.errors import DfcError
+
+
+class Checkpoint:
+    """A named set of Variables that traced code can save to and restore from a .npz file."""
+
+    def __init__(self, variables):
+        items = list(variables.items()) if isinstance(variables, dict) else [(v.name, v) for v in variables]
+        names = [n for n, _ in items]
+        if len(set(names)) != len(names):
+            raise DfcError(f"checkpoint names must be unique, got {names} (pass a dict to name the variables)",
+                           loc=user_location())
+        for n, v in items:
+            if not isinstance(v, Variable):
+                raise DfcError(f"checkpoint entry {n!r} is {type(v).__name__}, not a dfc.Variable",
+                               loc=user_location())
+        self.variables = dict(items)
+
+    def save(self, path):
+        """Build a Save of every variable's current value to `path` (a .npz file)."""
+        path = _checked(path)
+        names = list(self.variables)
+        values = [v.read_value() for v in self.variables.values()]
+        current_builder().make("Save", values, {"path": path, "names": names})
+
+    def restore(self, path):
+        """Build Restore + Assign for every variable from `path`; return the restored values (a list)."""
+        path = _checked(path)
+        b = current_builder()
+        out = []
+        for name, v in self.variables.items():
+            value = b.make1("Restore", (), {"path": path, "name": name, "dtype": v.dtype, "shape": list(v.shape)})
+            out.append(v.assign(value))
+        return out
+
+    def __repr__(self):
+        return f"<dfc.Checkpoint {list(self.variables)}>"
+
+
+def _checked(path):
+    path = str(path)
+    if not path.endswith(".npz"):
+        raise DfcError(f"checkpoint path {path!r} must end in .npz", loc=user_location())
+    return path

@@ -1,0 +1,57 @@
+"""dfc.Checkpoint: Save / Restore + Assign of Variables from traced code (used by samples/linear_model.py)."""
+import numpy as np
+import pytest
+
+import dfc
+
+
+def test_save_inside_a_loop_then_restore_in_another_graph(tmp_path):
+    path = str(tmp_path / "ckpt.npz")
+    v = dfc.Variable(np.zeros(2), name="v")
+    n = dfc.Variable(np.int64(0), name="n")
+    ckpt = dfc.Checkpoint([v, n])                        # named after the variables
+
+    def count(steps):
+        def body(i):
+            v.assign_add(np.ones(2))
+            n.assign_add(1)
+            dfc.cond(i == 2, lambda: ckpt.save(path), lambda: None)   # after the third update
+            return i + 1
+        dfc.while_loop(lambda i: i < steps, body, (dfc.constant(0, "int64"),))
+        return v.read_value()
+
+    np.testing.assert_array_equal(dfc.trace(count, dfc.TensorSpec([], "int64"))(np.int64(5)), [5, 5])
+    with np.load(path) as z:
+        assert sorted(z.files) == ["n", "v"]
+        np.testing.assert_array_equal(z["v"], [3, 3])
+
+    def restore():
+        restored = ckpt.restore(path)
+        return restored, v.read_value() * 10             # the assign happened before this read
+    (rv, rn), v10 = dfc.trace(restore)()
+    np.testing.assert_array_equal(rv, [3, 3])
+    assert rn == 3 and rn.dtype == np.int64
+    np.testing.assert_array_equal(v10, [30, 30])
+
+
+def test_dict_names_and_file_contents(tmp_path):
+    path = str(tmp_path / "d.npz")
+    w = dfc.Variable(np.float32(1.5), name="weights")
+    ckpt = dfc.Checkpoint({"w": w})
+    dfc.trace(lambda: ckpt.save(path))()
+    with np.load(path) as z:
+        assert z.files == ["w"] and z["w"] == np.float32(1.5)
+    assert repr(ckpt) == "<dfc.Checkpoint ['w']>"
+
+
+def test_errors(tmp_path):
+    w = dfc.Variable(0.0, name="w")
+    with pytest.raises(dfc.DfcError, match="unique"):
+        dfc.Checkpoint([w, dfc.Variable(1.0, name="w")])
+    with pytest.raises(dfc.DfcError, match="not a dfc.Variable"):
+        dfc.Checkpoint({"x": np.zeros(2)})
+    with pytest.raises(dfc.DfcError, match="must end in .npz"):
+        dfc.trace(lambda: dfc.Checkpoint([w]).save(str(tmp_path / "ckpt")))
+    g = dfc.trace(lambda: dfc.Checkpoint([w]).restore(str(tmp_path / "missing.npz")))
+    with pytest.raises(dfc.DfcError, match="cannot restore"):
+        g()
