@@ -17,6 +17,7 @@ from dfc.ir.graph import parse_input
 NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT = range(6)
 _TAGGED_OPS = frozenset({"RandomUniform", "RandomNormal"})   # kernels that read ctx.tag
 _NOT_FUSABLE = frozenset({"Send", "Recv"})
+_PASS_THROUGH = frozenset({"Identity", "StopGradient", "LoopCond"})
 
 
 class NotFusable(Exception):
@@ -252,8 +253,14 @@ class FrameProgram:
         maybe = it in maybe_dead and checks
         call = f"kern[{i}](ctx, ({', '.join(args)}{',' if len(args) == 1 else ''}))"
         target = ", ".join(outs) + "," if nout else "_o"
+        op = p.nodes[i].op
         direct = getattr(p.kern[i], "elementwise", None)
-        if direct is not None and nout == 1:     # a plain function of its inputs: call it directly
+        if op == "Const":                        # a constant: computed once, outside the loop
+            self.helpers[f"c{i}"] = p.kern[i](None, ())[0]
+            call, target = f"c{i}", outs[0]
+        elif op in _PASS_THROUGH:                # Identity-like: no kernel call at all
+            call, target = args[0], outs[0]
+        elif direct is not None and nout == 1:   # a plain function of its inputs: call it directly
             self.helpers[f"e{i}"] = direct
             call, target = f"e{i}({', '.join(args)})", outs[0]
         pad = ind
