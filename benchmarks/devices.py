@@ -19,10 +19,10 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import dfc  # noqa: E402
-from benchmarks.bench_util import median_time  # noqa: E402
+import dfc
+from benchmarks.bench_util import median_time
 
 
 def trivial_loop(num_devices, barrier):
@@ -77,7 +77,7 @@ def bench_trivial(iterations, reps, mode):
             s = dfc.Session(trivial_loop(k, barrier), mode=mode)
             n = np.int64(iterations)
             assert float(s.call(n)) == iterations
-            t = median_time(lambda: s.call(n), reps)
+            t = median_time(lambda s=s, n=n: s.call(n), reps)
             rows.append({"devices": k, "barrier": barrier, "iterations_per_s": iterations / t})
     return rows
 
@@ -94,7 +94,7 @@ def bench_pipeline(iterations, reps, size, num_devices, mode):
             want = got
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
-        t = median_time(lambda: s.call(w, n), reps)
+        t = median_time(lambda s=s: s.call(w, n), reps)
         rows.append({"parallel_iterations": pi, "iterations_per_s": iterations / t})
     one = dfc.Session(g, mode=mode, device_map={f"cpu:{k}": "cpu:0" for k in range(num_devices)},
                       parallel_iterations=32)

@@ -13,10 +13,10 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import dfc  # noqa: E402
-from benchmarks.bench_util import median_time  # noqa: E402
+import dfc
+from benchmarks.bench_util import median_time
 
 
 def lstm_graph(batch, hidden, swap, device):
@@ -77,7 +77,7 @@ def main(argv=None):
                 got = s.call(*a)
                 for g, w in zip(got, want):
                     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
-                t = median_time(lambda: s.call(*a), args.reps)
+                t = median_time(lambda s=s, a=a: s.call(*a), args.reps)
                 st = s.memory_stats()["accel:0"]
                 row[key] = {"ms_per_iteration": t / T * 1e3, "peak_bytes": st["peak"],
                             "swapped_out": st["swap"]["swapped_out"]}

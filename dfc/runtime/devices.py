@@ -201,13 +201,17 @@ class Device:
 
     def to_device(self, v):
         """A value received from another device, as this device's array type."""
-        return v
+        return v.get() if hasattr(v, "__cuda_array_interface__") else v
 
     def to_host(self, v):
         return v
 
-    def copy_to_host(self, v):
-        """A host copy of a device value (device-to-host transfer for swapping)."""
+    def record_event(self):
+        """A marker of the work queued so far on the compute stream (None where work is synchronous)."""
+        return None
+
+    def copy_to_host(self, v, after=None):
+        """A host copy of a device value (device-to-host transfer for swapping), once `after` is done."""
         return np.array(v, copy=True)
 
     def copy_from_host(self, v):
@@ -283,8 +287,16 @@ class GPUDevice(Device):
                 return v.get(stream=self.d2h_stream)
         return v
 
-    def copy_to_host(self, v):
+    def record_event(self):
         with self._cp.cuda.Device(self.index):
+            ev = self._cp.cuda.Event(block=False, disable_timing=True)
+            ev.record(self.compute_stream)
+        return ev
+
+    def copy_to_host(self, v, after=None):
+        with self._cp.cuda.Device(self.index):
+            if after is not None:
+                self.d2h_stream.wait_event(after)     # the producer ran on the compute stream
             out = v.get(stream=self.d2h_stream)
             self.d2h_stream.synchronize()
         return out

@@ -27,7 +27,6 @@ reference counted from the node that makes it until its last consumer is done.
 import collections
 import queue
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -313,7 +312,7 @@ class Run:
                 raise error
 
     def _loop_pool(self, ready):
-        p, kern, ctx, heavy, kind = self.p, self.kern, self.ctx, self.p.heavy, self.p.kind
+        kern, ctx, heavy, kind = self.kern, self.ctx, self.p.heavy, self.p.kind
         done, transport = self._done, self.transport
         error = None
 
@@ -422,6 +421,15 @@ class Run:
             raise DfcRuntimeError(str(e), node=self.p.nodes[i].name) from None
 
     # -------------------------------------------------------------- memory accounting
+    def _acquire_outputs(self, i, it, outs):
+        """Each live output is held once per consumer (and once more if fetched)."""
+        p = self.p
+        for port, edges in enumerate(p.out_edges[i]):
+            v = outs[port]
+            if v is not DEAD:
+                fetched = it.frame.fid == 0 and (i, port) in self._fetch_set()
+                self.mem.acquire(v, len(edges) + fetched, p.nodes[i].name)
+
     def _release(self, st):
         mem = self.mem
         for v in st[2:]:
@@ -496,11 +504,9 @@ class Run:
         kind, blank = p.kind, p.blank
         states = it.states
         dead_node = outs is None
-        mem = self.mem
+        if self.mem is not None and not dead_node:
+            self._acquire_outputs(i, it, outs)
         for port, edges in enumerate(p.out_edges[i]):
-            if mem is not None and not dead_node and outs[port] is not DEAD:
-                fetched = it.frame.fid == 0 and (i, port) in self._fetch_set()
-                mem.acquire(outs[port], len(edges) + fetched, p.nodes[i].name)
             if not edges:
                 continue
             v = DEAD if dead_node else outs[port]
@@ -667,9 +673,9 @@ class Run:
         """Names of the nodes this (quiescent) run still waits on: posted Recvs first."""
         p = self.p
         names = []
-        for (i, tag), it in self.recv_waits.items():
+        for i, tag in self.recv_waits:
             a = p.nodes[i].attrs
-            where = f" iteration {tag}" if tag else ""
+            where = "".join(f" in {p.frame_names[tag[k]]} iteration {tag[k + 1]}" for k in range(0, len(tag), 2))
             names.append(f"{p.nodes[i].name} (Recv of {a['tensor_name']} from {a['send_device']}{where})")
         pending = []
         if hasattr(self, "it0"):

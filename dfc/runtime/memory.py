@@ -35,10 +35,10 @@ QUEUED, CANCELLED, COPYING, OUT, FETCHING, IN = range(6)
 class Swapped:
     """A stack entry that is (or is being) copied to host; `state` moves QUEUED -> COPYING -> OUT
     (-> FETCHING -> IN when prefetched), or QUEUED -> CANCELLED when popped before its copy started."""
-    __slots__ = ("value", "host", "nbytes", "state")
+    __slots__ = ("value", "host", "nbytes", "state", "event")
 
-    def __init__(self, value, host, nbytes):
-        self.value, self.host, self.nbytes, self.state = value, host, nbytes, QUEUED
+    def __init__(self, value, host, nbytes, event=None):
+        self.value, self.host, self.nbytes, self.state, self.event = value, host, nbytes, QUEUED, event
 
 
 class Swapper:
@@ -84,7 +84,7 @@ class Swapper:
         else:
             hc = HostCopy()
             self.copies[id(v)] = (weakref.ref(v), hc)
-        e = Swapped(v, hc, v.nbytes)
+        e = Swapped(v, hc, v.nbytes, self.device.record_event())
         with self.cond:
             self.pending_out += 1
         self._queue("_d2h").put(e)
@@ -141,7 +141,7 @@ class Swapper:
                 e.state = COPYING
             hc = e.host
             if hc.value is None:
-                hc.value = self.device.copy_to_host(e.value)
+                hc.value = self.device.copy_to_host(e.value, e.event)
                 self.stats["swapped_out"] += 1
                 self.stats["bytes_out"] += e.nbytes
             self.mem.release(e.value)

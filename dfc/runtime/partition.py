@@ -8,8 +8,8 @@ place(graph, devices) gives every node a device:
   3. everything else by a greedy earliest-finish simulation: in topological
      order each heavy node goes to the device (among those in use) where it
      would finish first, counting a transfer cost for every input on another
-     device; a cheap node stays with its first input (so a loop variable's
-     Merge/Switch/Exit stay together). Sources (constants, inputs) go where
+     device; a node whose work is below a transfer's latency stays with its
+     first input (so a loop variable's Merge/Switch/Exit stay together). Sources (constants, inputs) go where
      their first consumer went.
 
 partition(graph, where) rewrites the graph into one graph per device:
@@ -170,7 +170,9 @@ def _greedy(graph, devices, where, cands, default, groups):
         in_types = [types[parse_input(r)[0]][parse_input(r)[1]] for r in n.data_inputs
                     if parse_input(r)[0] in types and parse_input(r)[1] < len(types[parse_input(r)[0]])]
         first_in = where.get(srcs[0][0]) if srcs else None
-        heavy = opreg.get(n.op).heavy
+        # Work smaller than a transfer's latency is not worth moving: it stays with its first input.
+        heavy = opreg.get(n.op).heavy and \
+            _compute_seconds(n, types[n.name], in_types, devices.get(options[0])) > _XFER_SECONDS
         best = None
         for d in options:
             start = free.get(d, 0.0) if heavy else 0.0    # cheap ops follow their inputs
@@ -214,7 +216,7 @@ class Partitioned:
         out = []
         for d, g in sorted(self.graphs.items()):
             out.append(f"# ---- partition {d}: {len(g.nodes)} nodes")
-            out.append(g.text())
+            out.append(g.text().rsplit("\n# outputs", 1)[0])
         return "\n".join(out)
 
 
@@ -282,7 +284,7 @@ class _Builder:
         return n
 
     def _rewire(self, consumer, k, new_src):
-        src, port, ctrl = parse_input(consumer.inputs[k])
+        _, port, ctrl = parse_input(consumer.inputs[k])
         consumer.inputs[k] = f"^{new_src}" if ctrl else f"{new_src}:{port}"
 
     def colocate_next_iterations(self):

@@ -112,6 +112,8 @@ class Session:
             dev = plan.device
             if dev is not None and dev.kind == "gpu":
                 feeds = {k: dev.to_device(v) for k, v in feeds.items()}
+                with dev.run_context():
+                    return Run(plan, feeds, self._context(dev), None).execute()
             return Run(plan, feeds, self._context(dev), self._get_pool()).execute()
         from dfc.runtime.rendezvous import Rendezvous, Coordinator
         rv, coord = Rendezvous(), Coordinator(list(plan.plans))
@@ -120,7 +122,8 @@ class Session:
             dev = p.device
             mine = {k: (dev.to_device(v) if dev.kind == "gpu" else v) for k, v in feeds.items()
                     if k in plan.feeds_of[d]}
-            runs[d] = Run(p, mine, self._context(dev), self._get_pool(), Transport(d, rv, coord))
+            pool = None if dev.kind == "gpu" else self._get_pool()   # GPU kernels are queued on its stream
+            runs[d] = Run(p, mine, self._context(dev), pool, Transport(d, rv, coord))
         return PartitionedRun(runs, plan.fetch_order).execute()
 
     def memory_stats(self):

@@ -168,6 +168,22 @@ def test_greedy_placement_keeps_cheap_ops_with_their_inputs_and_spreads_heavy_wo
     assert where["a"] == "cpu:1" and where["b"] == "cpu:2"
 
 
+def test_greedy_placement_spreads_independent_heavy_chains_over_the_devices_given():
+    def f(a, b):
+        x, y = a, b
+        for _ in range(3):
+            x, y = dfc.tanh(x @ x), dfc.tanh(y @ y)
+        return dfc.reduce_sum(x) + dfc.reduce_sum(y)
+    M = dfc.TensorSpec([64, 64], "float32")
+    g = dfc.trace(f, M, M)
+    s = dfc.Session(g, devices=["cpu:1"])
+    mm = sorted((n for n in g.nodes if n.startswith("matmul")), key=lambda n: int(n.split("_")[-1]) if "_" in n else 0)
+    chains = {s.placement[n] for n in mm[0::2]}, {s.placement[n] for n in mm[1::2]}
+    assert chains == ({"cpu:0"}, {"cpu:1"})
+    a = np.random.default_rng(0).normal(size=(64, 64)).astype(np.float32) * 0.1
+    np.testing.assert_array_equal(s.call(a, a * 2), dfc.Session(g).call(a, a * 2))
+
+
 @pytest.mark.skipif(not gpu_available(), reason="needs cupy and a CUDA GPU")
 def test_gpu_matches_cpu():     # pragma: no cover — there is no GPU on the test machine
     def f(x, n):

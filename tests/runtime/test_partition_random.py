@@ -16,8 +16,8 @@ from dfc.ir.graph import Graph, Node
 from tests.runtime import test_control_flow, test_state, test_random_programs as trp
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "compiler"))
-import _gradcheck  # noqa: E402
-from tests.compiler import test_grad_control_flow as grad_programs  # noqa: E402
+import _gradcheck
+from tests.compiler import test_grad_control_flow as grad_programs
 
 DEVICES = ("cpu:0", "cpu:1", "cpu:2")
 
