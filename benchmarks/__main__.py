@@ -1,6 +1,6 @@
 """Run every benchmark, write benchmarks/results/*.json and benchmarks/results/table.md.
 
-    python -m benchmarks [--quick] [--skip-competitors] [--only loop,lstm,unroll,pi,swap]
+    python -m benchmarks [--quick] [--skip-competitors] [--only loop,lstm,unroll,pi,devices,swap]
 
 Competitors (tensorflow-cpu, jax, torch) are installed into benchmarks/.venv-competitors by this
 command, never as dfc dependencies; one that cannot be installed is reported as such. Every
@@ -17,7 +17,7 @@ import tracemalloc
 
 import numpy as np
 
-from benchmarks import competitors, loop_overhead, parallel_iterations
+from benchmarks import competitors, devices, loop_overhead, parallel_iterations, swapping
 from benchmarks import lstm as dfc_lstm
 from benchmarks.lstm_problem import SIZES, make_inputs, numpy_loss_and_grads, max_rel_error
 
@@ -151,45 +151,68 @@ def table(res):
         for k, v in res["pi"].items():
             L.append(f"| {k} | {v:.0f} | {v / base:.2f}× |")
         L.append("")
+    if "devices" in res:
+        L += ["### Loop with a trivial body split over cpu devices (Figure 11 shape, 2 000 iterations)", "",
+              "| devices | independent it/s | with barrier it/s |", "|---|---|---|"]
+        for k in (1, 2, 4, 8):
+            a = [r for r in res["devices"]["trivial_body"] if r["devices"] == k]
+            ind = next(r for r in a if not r["barrier"])["iterations_per_s"]
+            bar = next(r for r in a if r["barrier"])["iterations_per_s"]
+            L.append(f"| {k} | {ind:,.0f} | {bar:,.0f} |")
+        L += ["", "Pipeline across devices (Figure 12 shape): "
+              + ", ".join(f"pi={r['parallel_iterations']}{' (1 device)' if r.get('one_device') else ''}: "
+                          f"{r['iterations_per_s']:.0f} it/s" for r in res["devices"]["pipeline"]), ""]
     if "swap" in res:
-        L += ["### Memory swapping (see benchmarks/swapping.py)", "", "```", json.dumps(res["swap"], indent=1), "```", ""]
+        sw = res["swap"]
+        L += [f"### Memory swapping on accel:0 (paper's Table 1 shape): LSTM B={sw['batch']} H={sw['hidden']}, "
+              f"capacity {sw['capacity_bytes'] / 2 ** 20:.0f} MiB", "",
+              "| T | no swap: ms/iteration | swap: ms/iteration (peak MiB) |", "|---|---|---|"]
+        for r in sw["rows"]:
+            def cell(v, peak=False):
+                if v == "OOM":
+                    return "out of memory"
+                return f"{v['ms_per_iteration']:.2f}" + (f" ({v['peak_bytes'] / 2 ** 20:.1f})" if peak else "")
+            L.append(f"| {r['length']} | {cell(r['no_swap'])} | {cell(r['swap'], True)} |")
+        ov = sw.get("median_overhead_where_both_fit")
+        L += ["", f"Longest sequence: {sw['longest']['no_swap']} without swapping, {sw['longest']['swap']} with "
+              f"swapping" + (f"; swapping costs {ov * 100:+.1f}% per iteration where both fit." if ov is not None
+                             else "."), ""]
     return "\n".join(L)
+
+
+def save(res):
+    with open(os.path.join(RESULTS, "latest.json"), "w") as f:
+        json.dump(res, f, indent=1, default=float)
+    with open(os.path.join(RESULTS, "table.md"), "w") as f:
+        f.write(table(res) + "\n")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes only, 5 repetitions")
     ap.add_argument("--skip-competitors", action="store_true")
-    ap.add_argument("--only", default="loop,lstm,unroll,pi,swap")
+    ap.add_argument("--only", default="loop,lstm,unroll,pi,devices,swap")
     a = ap.parse_args(argv)
     only = set(a.only.split(","))
     os.makedirs(RESULTS, exist_ok=True)
     avail = {} if a.skip_competitors else competitors.ensure()
     res = {"machine": machine(), "competitors": avail}
     reps = 5
-    if "loop" in only:
-        res["loop"] = bench_loop(reps, avail)
-    if "lstm" in only:
-        res["lstm_small"] = bench_lstm("small", reps, avail)
-        if not a.quick:
-            res["lstm_large"] = bench_lstm("large", reps, avail)
-    if "unroll" in only:
-        res["unroll"] = bench_unroll(reps)
-    if "pi" in only:
-        res["pi"] = {str(k): v for k, v in parallel_iterations.sweep().items()}
-    if "swap" in only:
-        try:
-            from benchmarks import swapping
-            res["swap"] = swapping.run()
-        except ImportError:
-            pass
-    with open(os.path.join(RESULTS, "latest.json"), "w") as f:
-        json.dump(res, f, indent=1, default=float)
-    text = table(res)
-    with open(os.path.join(RESULTS, "table.md"), "w") as f:
-        f.write(text + "\n")
-    print(text)
-
+    sections = [("loop", lambda: bench_loop(reps, avail)),
+                ("lstm_small", lambda: bench_lstm("small", reps, avail)),
+                ("lstm_large", lambda: None if a.quick else bench_lstm("large", reps, avail)),
+                ("unroll", lambda: bench_unroll(reps)),
+                ("pi", lambda: {str(k): v for k, v in parallel_iterations.sweep().items()}),
+                ("devices", lambda: devices.main(["--pipeline-iterations", "60"])),
+                ("swap", lambda: swapping.main([]))]
+    for key, fn in sections:
+        if key.split("_")[0] not in only:
+            continue
+        value = fn()
+        if value is not None:
+            res[key] = value
+            save(res)           # keep what is done if a later section fails
+    print(table(res))
 
 if __name__ == "__main__":
     main()
