@@ -168,6 +168,9 @@ class FrameProgram:
             w(f"        v{e}_0 = enters[{k}]")
         for m in merges:
             w(f"        v{m}_0 = v{p.ins[m][0][0]}_0")
+        self.inplace = self._accumulators(merges, switches)
+        for m, _ in self.inplace.values():
+            w(f"        own{m} = False")
         w("        k = 0")
         w("        while True:")
         w(f"            _t = tag + ({fid}, k)")
@@ -197,6 +200,30 @@ class FrameProgram:
         self.helpers["_wrap"] = self._wrap
         self.lines.extend(L)
         self.lines.append("")
+
+    def _accumulators(self, merges, switches):
+        """Add nodes that update a loop variable nobody else reads: `acc = acc + x` (the gradient
+        of a loop invariant, a running sum). After the first iteration the loop owns acc's buffer,
+        so the add can write into it instead of allocating (TF forwards such buffers likewise)."""
+        p = self.plan
+        switch_of = {m: s for s, m in switches.items()}
+        out = {}
+        for m in merges:
+            s = switch_of.get(m)
+            if s is None or [d for d, _ in p.out_edges[m][0]] != [s] or any(p.out_edges[m][1:]):
+                continue
+            body = p.out_edges[s][1]
+            if len(body) != 1 or p.nodes[body[0][0]].op != "Identity":
+                continue
+            uses = p.out_edges[body[0][0]][0]
+            if len(uses) != 1 or p.nodes[uses[0][0]].op != "Add":
+                continue
+            add, slot = uses[0]
+            users = p.out_edges[add][0]
+            if len(users) != 1 or p.kind[users[0][0]] != NEXT or not any(src == users[0][0] for src, _ in p.ins[m]):
+                continue
+            out[add] = (m, slot)
+        return out
 
     def _ref(self, src_port, switches, merges, producer):
         s, port = src_port
@@ -251,6 +278,17 @@ class FrameProgram:
         dead_ctrl = [c for c in ctrls if c is not None]
         checks = [a for a in args + dead_ctrl]
         maybe = it in maybe_dead and checks
+        if i in self.inplace and not maybe:
+            m, slot = self.inplace[i]
+            acc, x = args[slot], args[1 - slot]
+            self.helpers["_ndarray"], self.helpers["_add"] = np.ndarray, np.add
+            w(f"{ind}_n = {i}")
+            w(f"{ind}if own{m} and type({acc}) is _ndarray and {acc}.shape == getattr({x}, 'shape', None):")
+            w(f"{ind}    {outs[0]} = _add({acc}, {x}, out={acc})")
+            w(f"{ind}else:")
+            w(f"{ind}    {outs[0]} = _add({args[0]}, {args[1]})")
+            w(f"{ind}    own{m} = True")
+            return
         call = f"kern[{i}](ctx, ({', '.join(args)}{',' if len(args) == 1 else ''}))"
         target = ", ".join(outs) + "," if nout else "_o"
         op = p.nodes[i].op

@@ -234,3 +234,39 @@ def test_loop_fusion_covers_nested_loops_and_conds():
         for j in range(i):
             want = want + j if j % 2 == 0 else want - 1
     assert int(out) == want == int(run_all_modes(g, np.int64(6)))
+
+
+def test_fused_in_place_accumulation_never_touches_shared_buffers():
+    """acc = acc + x reuses acc's buffer after the first iteration; the initial value (which the
+    caller still sees) and values saved elsewhere must never change."""
+    def f(x, n):
+        init = x * 1.0
+        def body(i, acc, firsts):
+            acc = acc + x
+            return i + 1, acc, firsts.write(i, acc)
+        _, acc, firsts = dfc.while_loop(lambda i, a, f: i < n, body, (0, init, dfc.TensorArray("float32")))
+        return acc, init, firsts.stack()
+
+    g = dfc.trace(f, F32(3), I64())
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    acc, init, hist = run_all_modes(g, x, np.int64(4))
+    np.testing.assert_array_equal(acc, x * 5)
+    np.testing.assert_array_equal(init, x)
+    np.testing.assert_array_equal(hist, [x * k for k in range(2, 6)])
+    s = dfc.Session(g, mode="threads")
+    s.call(x, np.int64(4))
+    prog = next(iter(next(iter(s._plans.values())).programs.values()))
+    assert "out=" not in prog.source     # acc is also written to a TensorArray: no in-place add
+
+
+def test_fused_in_place_accumulation_is_used_for_plain_accumulators():
+    def f(x, n):
+        return dfc.while_loop(lambda i, a: i < n, lambda i, a: (i + 1, a + x), (0, x * 0.0))[1]
+
+    g = dfc.trace(f, F32(3), I64())
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    np.testing.assert_array_equal(run_all_modes(g, x, np.int64(7)), x * 7)
+    s = dfc.Session(g, mode="threads")
+    s.call(x, np.int64(7))
+    prog = next(iter(next(iter(s._plans.values())).programs.values()))
+    assert "out=" in prog.source
