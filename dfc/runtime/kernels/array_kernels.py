@@ -61,7 +61,8 @@ def _fill(node, xp):
 
 @kernel("BroadcastTo")
 def _broadcast_to(node, xp):
-    return lambda ctx, a: (xp.broadcast_to(a[0], _as_shape(a[1])).copy(),)
+    # A read-only view: kernels never write into their inputs.
+    return lambda ctx, a: (xp.broadcast_to(a[0], _as_shape(a[1])),)
 
 
 def sum_to_shape(xp, x, shape):

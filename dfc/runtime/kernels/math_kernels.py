@@ -6,7 +6,13 @@ def _sigmoid(xp):
     def f(x):
         # sigmoid(x) = (1 + tanh(x / 2)) / 2: one transcendental, and stable for large |x|.
         h = x.dtype.type(0.5)
-        return h + h * xp.tanh(h * x)
+        if x.ndim == 0:
+            return h + h * xp.tanh(h * x)
+        t = xp.multiply(x, h)       # one new buffer, updated in place
+        xp.tanh(t, out=t)
+        t *= h
+        t += h
+        return t
     return f
 
 
