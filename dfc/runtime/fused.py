@@ -292,7 +292,7 @@ class FrameProgram:
         call = f"kern[{i}](ctx, ({', '.join(args)}{',' if len(args) == 1 else ''}))"
         target = ", ".join(outs) + "," if nout else "_o"
         op = p.nodes[i].op
-        direct = getattr(p.kern[i], "elementwise", None)
+        direct = getattr(p.kern[i], "direct", None)
         if op == "Const":                        # a constant: computed once, outside the loop
             self.helpers[f"c{i}"] = p.kern[i](None, ())[0]
             call, target = f"c{i}", outs[0]

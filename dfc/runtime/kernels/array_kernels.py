@@ -4,7 +4,7 @@ import zlib
 import numpy as np
 
 from dfc.errors import DfcInputError
-from dfc.runtime.kernels.registry import kernel, simple
+from dfc.runtime.kernels.registry import direct, kernel, simple
 
 
 @kernel("Const")
@@ -92,7 +92,11 @@ def _transpose(node, xp):
 @kernel("ExpandDims")
 def _expand(node, xp):
     ax = node.attrs["axis"]
-    return lambda ctx, a: (xp.expand_dims(a[0], ax),)
+
+    def f(x):
+        k = ax if ax >= 0 else x.ndim + 1 + ax
+        return x.reshape(x.shape[:k] + (1,) + x.shape[k:])
+    return direct(f)
 
 
 @kernel("Squeeze")
@@ -131,9 +135,13 @@ def _split(node, xp):
     ax, num = node.attrs.get("axis", 0), node.attrs["num"]
 
     def f(ctx, a):
-        if a[0].shape[ax] % num:
-            raise ValueError(f"dimension {ax} of size {a[0].shape[ax]} does not split into {num} equal parts")
-        return tuple(xp.split(a[0], num, axis=ax))
+        x = a[0]
+        k = ax % x.ndim
+        n, rem = divmod(x.shape[k], num)
+        if rem:
+            raise ValueError(f"dimension {k} of size {x.shape[k]} does not split into {num} equal parts")
+        lead = (slice(None),) * k
+        return tuple(x[lead + (slice(j * n, (j + 1) * n),)] for j in range(num))
     return f
 
 

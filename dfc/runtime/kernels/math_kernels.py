@@ -1,5 +1,5 @@
 """Elementwise math, reductions, matmul and nn kernels."""
-from dfc.runtime.kernels.registry import kernel, simple
+from dfc.runtime.kernels.registry import direct, kernel, simple
 
 
 def _sigmoid(xp):
@@ -63,13 +63,13 @@ simple({
 
 def _reducer(fn_name, keep_dtype):
     def factory(node, xp):
-        fn = getattr(xp, fn_name)
         axis = node.attrs.get("axis")
         axis = tuple(axis) if isinstance(axis, list) else axis
         keep = node.attrs.get("keepdims", False)
+        fn = getattr(xp, fn_name)
         if keep_dtype:
-            return lambda ctx, a: (xp.asarray(fn(a[0], axis=axis, keepdims=keep, dtype=a[0].dtype)),)
-        return lambda ctx, a: (xp.asarray(fn(a[0], axis=axis, keepdims=keep)),)
+            return direct(lambda x: xp.asarray(fn(x, axis=axis, keepdims=keep, dtype=x.dtype)))
+        return direct(lambda x: xp.asarray(fn(x, axis=axis, keepdims=keep)))
     return factory
 
 
@@ -92,15 +92,14 @@ def _argmax(node, xp):
 @kernel("MatMul")
 def _matmul(node, xp):
     ta, tb = node.attrs.get("transpose_a", False), node.attrs.get("transpose_b", False)
-
-    def f(ctx, a):
-        x, y = a
-        if ta:
-            x = xp.swapaxes(x, -1, -2)
-        if tb:
-            y = xp.swapaxes(y, -1, -2)
-        return (xp.matmul(x, y),)
-    return f
+    mm = xp.matmul
+    if ta and tb:
+        return direct(lambda x, y: mm(x.swapaxes(-1, -2), y.swapaxes(-1, -2)))
+    if ta:
+        return direct(lambda x, y: mm(x.swapaxes(-1, -2), y))
+    if tb:
+        return direct(lambda x, y: mm(x, y.swapaxes(-1, -2)))
+    return direct(mm)
 
 
 @kernel("Softmax", "LogSoftmax")

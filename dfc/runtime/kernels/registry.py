@@ -21,10 +21,16 @@ def simple(names_to_fns):
 def _simple_factory(fn):
     def factory(node, xp):
         f = fn(xp)
-        k = lambda ctx, a: (f(*a),)   # noqa: E731
-        k.elementwise = f             # fused loops call this directly: one output, no ctx
-        return k
+        return direct(f)
     return factory
+
+
+def direct(f):
+    """A kernel that is a plain function of its input values with one output; fused loops call
+    `f` itself (no ctx, no tuples)."""
+    k = lambda ctx, a: (f(*a),)   # noqa: E731
+    k.direct = f
+    return k
 
 
 def kernel_for(node, xp):
