@@ -12,3 +12,15 @@ def median_time(fn, reps):
         fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def run_task(loop, lstm):
+    """Entry point of a competitor script: argv[1] is a JSON task; the result is printed as JSON."""
+    import json
+    import sys
+    cfg = json.loads(sys.argv[1])
+    if cfg["task"] == "loop":
+        result = loop(cfg["n"], cfg["reps"])
+    else:
+        result = lstm(cfg["H"], cfg["B"], cfg["T"], cfg["reps"], cfg["grads_out"])
+    print(json.dumps(result))

@@ -1,5 +1,4 @@
 """JAX side of the benchmarks (run in the competitors' venv). argv[1]: JSON config; prints JSON."""
-import json
 import os
 import sys
 
@@ -8,7 +7,7 @@ import numpy as np  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from lstm_problem import make_inputs  # noqa: E402
-from bench_util import median_time as timed  # noqa: E402
+from bench_util import median_time as timed, run_task  # noqa: E402
 
 
 def loop(n, reps):
@@ -38,8 +37,4 @@ def lstm(H, B, T, reps, grads_out):
 
 
 if __name__ == "__main__":
-    cfg = json.loads(sys.argv[1])
-    if cfg["task"] == "loop":
-        print(json.dumps(loop(cfg["n"], cfg["reps"])))
-    else:
-        print(json.dumps(lstm(cfg["H"], cfg["B"], cfg["T"], cfg["reps"], cfg["grads_out"])))
+    run_task(loop, lstm)

@@ -1,5 +1,4 @@
 """TensorFlow side of the benchmarks (competitors' venv). argv[1]: JSON config; prints JSON."""
-import json
 import os
 import sys
 
@@ -8,7 +7,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from lstm_problem import make_inputs  # noqa: E402
-from bench_util import median_time as timed  # noqa: E402
+from bench_util import median_time as timed, run_task  # noqa: E402
 
 
 def loop(n, reps):
@@ -53,8 +52,4 @@ def lstm(H, B, T, reps, grads_out):
 
 
 if __name__ == "__main__":
-    cfg = json.loads(sys.argv[1])
-    if cfg["task"] == "loop":
-        print(json.dumps(loop(cfg["n"], cfg["reps"])))
-    else:
-        print(json.dumps(lstm(cfg["H"], cfg["B"], cfg["T"], cfg["reps"], cfg["grads_out"])))
+    run_task(loop, lstm)

@@ -1,5 +1,4 @@
 """PyTorch (eager) side of the benchmarks (competitors' venv). argv[1]: JSON config; prints JSON."""
-import json
 import os
 import sys
 
@@ -7,7 +6,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from lstm_problem import make_inputs  # noqa: E402
-from bench_util import median_time as timed  # noqa: E402
+from bench_util import median_time as timed, run_task  # noqa: E402
 
 
 def loop(n, reps):
@@ -47,8 +46,4 @@ def lstm(H, B, T, reps, grads_out):
 
 if __name__ == "__main__":
     torch.set_num_threads(2)
-    cfg = json.loads(sys.argv[1])
-    if cfg["task"] == "loop":
-        print(json.dumps(loop(cfg["n"], cfg["reps"])))
-    else:
-        print(json.dumps(lstm(cfg["H"], cfg["B"], cfg["T"], cfg["reps"], cfg["grads_out"])))
+    run_task(loop, lstm)
