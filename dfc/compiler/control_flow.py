@@ -316,7 +316,7 @@ def _build_loop(b, cond_fn, body_fn, lv, flat, dtypes, shapes, weak, labels, tok
     b.ctx = ctx
     try:
         ctx.pivot = ctx.merges[0]
-        user_vars = nest.pack_sequence_as(lv, _retype(flat, ctx.merges[:n_user]), True)
+        user_vars = nest.pack_sequence_as(lv, list(ctx.merges[:n_user]), True)
         pred = cond_fn(*user_vars)
         if not isinstance(pred, Tensor):
             if hasattr(pred, "_dfc_tensor"):
@@ -344,7 +344,7 @@ def _build_loop(b, cond_fn, body_fn, lv, flat, dtypes, shapes, weak, labels, tok
         ctx.pivot = ctx.identities[0]
         if token:
             ctx.token = ctx.identities[-1]
-        body_vars = nest.pack_sequence_as(lv, _retype(flat, ctx.identities[:n_user]), True)
+        body_vars = nest.pack_sequence_as(lv, list(ctx.identities[:n_user]), True)
         out = body_fn(*body_vars)
         if len(lv) == 1 and not isinstance(out, (tuple, list)):
             out = (out,)
@@ -398,13 +398,7 @@ def _build_loop(b, cond_fn, body_fn, lv, flat, dtypes, shapes, weak, labels, tok
         b.last_effect[outer] = ctx.exits[-1].node
     b.loops = getattr(b, "loops", {})
     b.loops[ctx.frame_name] = ctx
-    result = _retype(flat, ctx.exits[:n_user])
-    return tuple(nest.pack_sequence_as(tuple(lv), result, True))
-
-
-def _retype(flat, tensors):
-    """Tensors for the flat loop variables; composites (TensorArray) get their flow replaced."""
-    return list(tensors)
+    return tuple(nest.pack_sequence_as(tuple(lv), list(ctx.exits[:n_user]), True))
 
 
 def _widens(old, new):

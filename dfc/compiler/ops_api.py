@@ -13,7 +13,7 @@ def _b():
 
 
 def constant(value, dtype=None, name=None):
-    return convert(value, dtype, name=name) if not isinstance(value, Tensor) else convert(value, dtype)
+    return convert(value, dtype, name=name)
 
 
 def _weak_to(x, d):

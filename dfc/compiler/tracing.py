@@ -323,10 +323,7 @@ def trace(fn, args=(), kwargs=None, name=None):
 def _param_name(params, k):
     if k < len(params) and params[k].kind in (params[k].POSITIONAL_ONLY, params[k].POSITIONAL_OR_KEYWORD):
         return params[k].name
-    if params and params[-1].kind == params[-1].VAR_POSITIONAL or any(p.kind == p.VAR_POSITIONAL
-                                                                         for p in params):
-        return f"arg{k}"
-    return f"arg{k}"
+    return f"arg{k}"      # a *args entry (or a callable whose signature is unknown)
 
 
 def _specs_to_tensors(a, pname, placeholder):
@@ -352,8 +349,6 @@ def finish(b, result, inputs):
 def _structure(b, r):
     if r is None:
         return {"none": True}
-    if isinstance(r, tuple) and not hasattr(r, "_fields"):
-        return {"tuple": [_structure(b, x) for x in r]}
     if isinstance(r, tuple):
         return {"tuple": [_structure(b, x) for x in r]}
     if isinstance(r, list):

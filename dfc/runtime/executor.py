@@ -212,6 +212,7 @@ class Plan:
                 raise DfcError(f"fetch {f!r}: node has {len(self.out_edges[idx[name]])} outputs", node=name)
             self.fetches.append((idx[name], port))
         self.fetch_nodes = {i for i, _ in self.fetches}
+        self.fetch_set = set(self.fetches)
         self.programs = {}
         if fuse and not self.mem_accounting:
             from dfc.runtime.fused import build_programs
@@ -427,7 +428,7 @@ class Run:
         for port, edges in enumerate(p.out_edges[i]):
             v = outs[port]
             if v is not DEAD:
-                fetched = it.frame.fid == 0 and (i, port) in self._fetch_set()
+                fetched = it.frame.fid == 0 and (i, port) in self.p.fetch_set
                 self.mem.acquire(v, len(edges) + fetched, p.nodes[i].name)
 
     def _release(self, st):
@@ -488,14 +489,8 @@ class Run:
 
     def _record(self, i, outs):
         for port in range(len(self.p.out_edges[i])):
-            if (i, port) in self._fetch_set():
+            if (i, port) in self.p.fetch_set:
                 self.results[(i, port)] = DEAD if outs is None else outs[port]
-
-    def _fetch_set(self):
-        fs = getattr(self, "_fs", None)
-        if fs is None:
-            fs = self._fs = set(self.p.fetches)
-        return fs
 
     def _propagate(self, i, it, outs, ready, ports_may_be_dead=False):
         p = self.p

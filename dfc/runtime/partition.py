@@ -293,10 +293,7 @@ class _Builder:
         for n in list(self.nodes.values()):
             if n.op != "NextIteration":
                 continue
-            devs = []
-            for c, _ in cons[n.name]:
-                if c.device not in devs:
-                    devs.append(c.device)
+            devs = _consumer_devices(cons[n.name])
             if not devs or n.device in devs:
                 others = [d for d in devs if d != n.device]
             else:
@@ -313,10 +310,7 @@ class _Builder:
         for n in list(self.nodes.values()):
             if n.op != "Enter":
                 continue
-            devs = []
-            for c, _ in cons[n.name]:
-                if c.device not in devs:
-                    devs.append(c.device)
+            devs = _consumer_devices(cons[n.name])
             if devs and n.device not in devs:
                 n.device = devs[0]
             for d in devs:
@@ -430,3 +424,8 @@ def prune(graph, fetch_nodes, targets, feed_names):
             inputs = [] if n.name in feed_names else list(n.inputs)
             g.add_node(Node(n.name, n.op, inputs, dict(n.attrs), n.device, n.loc))
     return g
+
+
+def _consumer_devices(consumers):
+    """The distinct devices of a node's consumers, in first-seen order."""
+    return list(dict.fromkeys(c.device for c, _ in consumers))
