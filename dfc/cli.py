@@ -1,12 +1,17 @@
 """dfc command line: compile, run, show, viz.
 
 Exit status: 0 on success, 1 on a DfcError (message on stderr, no traceback
-unless --debug), 2 on bad usage (click's own convention).
+unless --debug), 2 on bad usage (click's own convention). A user mistake
+never prints a Python traceback: errors in the user's own module show the
+user's frames only; anything else unexpected is reported in one line as a
+dfc bug, with the traceback under --debug.
 """
 import ast
+import fractions
 import json
+import math
 import os
-import sys
+import re
 
 import click
 
@@ -15,33 +20,54 @@ from dfc.errors import DfcError, DfcInputError
 
 class _Main(click.Group):
     def invoke(self, ctx):
+        debug = ctx.params.get("debug")
         try:
             return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, BrokenPipeError):
+            raise               # click's own handling: exit codes, usage errors, a closed pipe
         except DfcError as e:
-            if ctx.params.get("debug"):
+            if debug:
                 raise
-            click.echo(f"dfc: error: {e}", err=True)
-            ctx.exit(1)
+            _fail(ctx, f"dfc: error: {e}")
+        except KeyboardInterrupt:
+            if debug:
+                raise
+            _fail(ctx, "dfc: interrupted")
+        except Exception as e:  # noqa: BLE001 - a dfc bug: one line, not a traceback
+            if debug:
+                raise
+            _fail(ctx, f"dfc: internal error: {type(e).__name__}: {e}\n"
+                       f"This is a bug in dfc; run again with `dfc --debug ...` for the traceback and report it.")
+
+
+def _fail(ctx, message):
+    click.echo(message, err=True)
+    ctx.exit(1)
 
 
 @click.group(cls=_Main)
 @click.option("--debug", is_flag=True, help="Show full tracebacks.")
 @click.version_option(package_name="dfc")
 def main(debug):
-    """dfc: Python control flow -> dataflow graphs, and a runtime that runs them."""
+    """dfc: Python control flow -> dataflow graphs, and a runtime that runs them.
+
+    Exit status: 0 on success, 1 on an error (message on stderr), 2 on bad usage."""
 
 
 @main.command("compile")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("-f", "--function", "names", multiple=True, help="Only this function (repeatable).")
 @click.option("-o", "--output", "out_dir", default=".", type=click.Path(file_okay=False),
-              help="Directory for NAME.json files.")
+              help="Directory for NAME.json files (created if missing).")
 def compile_cmd(file, names, out_dir):
-    """Compile every dfc.function with an input_signature in FILE to JSON graphs."""
+    """Compile every dfc.function with an input_signature in FILE to JSON graphs.
+
+    FILE is imported as a module: code that should not run on import belongs
+    under `if __name__ == "__main__":`. An error raised by FILE's code is shown
+    with FILE's own lines."""
     if not os.path.exists(file):
         raise DfcError(f"no such file: {file}")
     from dfc.compiler.autograph import compile_file
-    os.makedirs(out_dir, exist_ok=True)
     results = compile_file(file, list(names) or None, out_dir)
     if not results:
         raise DfcError(f"{file}: no dfc.function with an input_signature found"
@@ -51,54 +77,160 @@ def compile_cmd(file, names, out_dir):
         click.echo(f"{name}: {path} ({s['nodes']} nodes, {s['conds']} conds, {s['loops']} loops)")
 
 
-def _parse_value(name, text):
-    if text.startswith("@"):
-        import numpy as np
-        path = text[1:]
-        try:
-            return np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise DfcInputError(f"input {name}: cannot load {path}: {e}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        raise DfcInputError(f"input {name}: {text!r} is not a number, list or @file.npy") from None
+# ------------------------------------------------------------------ dfc run
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+class ByteSize(click.ParamType):
+    """A byte count: 2000000000, 2GB (powers of 1000) or 2GiB (powers of 1024); units in any case."""
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", str(value))
+        if not m or m.group(2).lower() not in _BYTE_UNITS:
+            self.fail(f"{value!r} is not a size; write bytes (2000000000) or a number with a unit "
+                      f"KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024), e.g. 2GB", param, ctx)
+        n = int(fractions.Fraction(m.group(1)) * _BYTE_UNITS[m.group(2).lower()])
+        if n <= 0:
+            self.fail(f"{value!r} is less than one byte", param, ctx)
+        return n
+
+
+_JSON_HELP = ('Print {"outputs": [...]}: outputs flattened depth-first, each a (nested) JSON list or '
+              'number. NaN and infinities are written as the strings "NaN", "Infinity" and "-Infinity", '
+              'so the output is strict JSON.')
 
 
 @main.command("run")
 @click.argument("graph_file", type=click.Path(dir_okay=False))
 @click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=VALUE|NAME=@file.npy",
-              help="A graph input (repeatable).")
-@click.option("--output", "out_path", type=click.Path(dir_okay=False), help="Write outputs to an .npz file.")
-@click.option("--json", "as_json", is_flag=True, help='Print {"outputs": [...]} as JSON.')
+              help="A graph input, once per NAME (repeatable). VALUE is a number or list literal.")
+@click.option("--output", "out_path", type=click.Path(dir_okay=False),
+              help="Write the outputs (output_0, output_1, ...) as an .npz archive to exactly this path; "
+                   "no suffix is added. Its directory must exist.")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 @click.option("--mode", type=click.Choice(["reference", "threads"]), default=None, help="Executor mode.")
 @click.option("--device-map", "device_map", multiple=True, metavar="FROM=TO",
               help="Run nodes placed on device FROM on device TO (repeatable), e.g. gpu:0=cpu:1.")
-def run_cmd(graph_file, inputs, out_path, as_json, mode, device_map):
+@click.option("--checkpoint-dir", "checkpoint_dir", default=".", show_default=True,
+              type=click.Path(exists=True, file_okay=False),
+              help="The graph's Save/Restore ops may only touch files under this directory "
+                   "(relative paths, no '..').")
+@click.option("--memory-limit", "memory_limit", type=ByteSize(), default=None, metavar="SIZE",
+              help="Stop with an out-of-memory error when the run holds more than SIZE bytes of tensors: "
+                   "bytes or a number with KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024), "
+                   "e.g. 2GB.")
+def run_cmd(graph_file, inputs, out_path, as_json, mode, device_map, checkpoint_dir, memory_limit):
     """Run a graph saved by `dfc compile` (or dfc.save)."""
     import numpy as np
     from dfc.ir.serialize import load
     from dfc.runtime.session import Session
-    g = load(graph_file)
-    feeds = {}
-    for item in inputs:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise click.UsageError(f"--input needs NAME=VALUE, got {item!r}")
-        feeds[name] = _parse_value(name, value)
+    feeds = _parse_inputs(inputs)
     dmap = _parse_device_map(device_map)
-    flat = [np.asarray(v) for v in Session(g, mode=mode, device_map=dmap).call_flat(**feeds)]
     if out_path:
-        np.savez(out_path, **{f"output_{k}": v for k, v in enumerate(flat)})
+        _check_output_path(out_path)
+    g = load(graph_file)
+    limits = {} if memory_limit is None else {"memory_limit": memory_limit}
+    session = Session(g, mode=mode, device_map=dmap, checkpoint_dir=checkpoint_dir, **limits)
+    flat = [np.asarray(v) for v in session.call_flat(**feeds)]
+    if out_path:
+        _write_npz(out_path, {f"output_{k}": v for k, v in enumerate(flat)})
     if as_json:
-        click.echo(json.dumps({"outputs": [v.tolist() for v in flat]}))
+        click.echo(json.dumps({"outputs": [_json_output(k, v) for k, v in enumerate(flat)]}, allow_nan=False))
     elif not out_path:
         for k, v in enumerate(flat):
             click.echo(f"output {k}: {np.array2string(v, threshold=50)}")
+
+
+def _parse_inputs(items):
+    feeds = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.UsageError(f"--input needs NAME=VALUE, got {item!r}")
+        if name in feeds:
+            raise click.UsageError(f"--input {name} is given twice; give each input once")
+        feeds[name] = _parse_value(name, value)
+    return feeds
+
+
+def _parse_value(name, text):
+    if text.startswith("@"):
+        return _load_npy(name, text[1:])
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):      # not JSON (or too deep/long): try a Python literal
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        raise DfcInputError(f"input {name}: {_short(text)!r} is not a number, list or @file.npy") from None
+
+
+def _load_npy(name, path):
+    import numpy as np
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+            if magic != b"\x93NUMPY":
+                what = "an .npz archive" if magic.startswith(b"PK") else "not an .npy file"
+                raise DfcInputError(f"input {name}: cannot load {path}: {what}; give a file written "
+                                    f"by numpy.save (NAME=@file.npy)")
+            f.seek(0)
+            return np.load(f, allow_pickle=False)
+    except OSError as e:
+        raise DfcInputError(f"input {name}: cannot load {path}: {e.strerror or e}") from None
+    except (ValueError, EOFError) as e:
+        raise DfcInputError(f"input {name}: cannot load {path}: {e}") from None
+
+
+def _short(text, limit=60):
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _check_output_path(path):
+    """Before running: the folder of `path` must be an existing directory."""
+    folder = os.path.dirname(path) or "."
+    if os.path.isdir(folder):
+        return
+    existing = folder
+    while existing and not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if existing and not os.path.isdir(existing):
+        raise DfcError(f"cannot write --output {path}: {existing} is a file, not a directory")
+    raise DfcError(f"cannot write --output {path}: directory {folder} does not exist (create it first)")
+
+
+def _write_npz(path, arrays):
+    import numpy as np
+    try:
+        with open(path, "wb") as f:     # a file object: numpy adds no .npz suffix
+            np.savez(f, **arrays)
+    except OSError as e:
+        raise DfcError(f"cannot write --output {path}: {e.strerror or e}") from None
+
+
+def _json_output(k, v):
+    import numpy as np
+    if v.dtype.kind not in "biuf":
+        raise DfcError(f"output {k} holds {v.dtype} values, which --json cannot print; use --output")
+    if v.dtype.kind == "f" and not np.isfinite(v).all():
+        return _json_float(v.tolist())
+    return v.tolist()
+
+
+def _json_float(x):
+    """NaN and infinities (invalid in strict JSON) as the strings "NaN", "Infinity", "-Infinity"."""
+    if isinstance(x, list):
+        return [_json_float(y) for y in x]
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return x
 
 
 def _parse_device_map(items):
@@ -111,6 +243,7 @@ def _parse_device_map(items):
     return out
 
 
+# ------------------------------------------------------------ dfc show / viz
 @main.command("show")
 @click.argument("graph_file", type=click.Path(dir_okay=False))
 @click.option("--partitions", is_flag=True, help="Print the per-device graphs with their Send/Recv nodes.")
@@ -118,13 +251,14 @@ def _parse_device_map(items):
 def show_cmd(graph_file, partitions, device_map):
     """Print one line per node."""
     from dfc.ir.serialize import load
+    dmap = _parse_device_map(device_map)
     g = load(graph_file)
     if not partitions:
         click.echo(g.text())
         return
     from dfc.runtime.devices import DeviceSet
     from dfc.runtime.partition import place, partition
-    where = place(g, DeviceSet(), _parse_device_map(device_map))
+    where = place(g, DeviceSet(), dmap)
     click.echo(partition(g, where).text())
 
 

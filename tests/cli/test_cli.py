@@ -90,7 +90,7 @@ def test_viz_dot_and_mermaid(graph_file, tmp_path):
         r = dfc_cli("viz", graph_file[0], "-o", str(out))
         assert r.returncode == 0, r.stderr
         text = out.read_text()
-        assert ("cluster_while" in text) if ext == "dot" else ("subgraph while" in text)
+        assert ('subgraph "cluster_while"' in text) if ext == "dot" else ('subgraph f0 ["while"]' in text)
 
 
 def test_run_does_not_import_the_compiler(graph_file):
