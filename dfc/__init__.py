@@ -35,6 +35,7 @@ _LAZY.update({
     "value_and_grad": ("dfc.compiler.autodiff", "value_and_grad"),
     "train": ("dfc.compiler.train", None),
     "nest": ("dfc.nest", None),
+    "containers": ("dfc.runtime.containers", None),
     "Checkpoint": ("dfc.compiler.checkpoint", "Checkpoint"),
 })
 # numpy-style aliases

@@ -3,6 +3,7 @@
     ckpt = dfc.Checkpoint({"w": w, "b": b})     # or a list of Variables: named after v.name
     ckpt.save("model.npz")        # in traced code: one Save node writing the variables' current values
     w_, b_ = ckpt.restore("model.npz")          # Restore + Assign per variable; returns the restored values
+    ckpt.save("model.npz")        # outside any graph: writes the values in the container now
 
 Equivalent Python when the graph runs:
 
@@ -11,11 +12,17 @@ Equivalent Python when the graph runs:
 
 Where dfc differs: the path is a string fixed when the graph is built (an attr
 of the node), and it must end in ".npz" (numpy.savez would append the suffix
-and numpy.load would then miss the file). Save and Restore are side effects,
+and numpy.load would then miss the file). A save is atomic (a temporary file
+renamed over the old one), so a process killed mid-save keeps the previous
+checkpoint; a restore checks each value's dtype and shape against the
+variable's and changes nothing if one differs. A graph loaded from JSON may
+only use paths relative to the session's checkpoint directory
+(`Session(checkpoint_dir=...)`, `dfc run --checkpoint-dir`). Save and Restore are side effects,
 so they run in program order with the variables' reads and assigns, inside
 loops and branches too (a save at one iteration of an in-graph training loop).
 """
 from dfc.compiler.tracing import current_builder, user_location
+from dfc.runtime import checkpoints
 from dfc.compiler.variables import Variable
 from dfc.errors import DfcError
 
@@ -38,6 +45,9 @@ class Checkpoint:
     def save(self, path):
         """Build a Save of every variable's current value to `path` (a .npz file)."""
         path = _checked(path)
+        if current_builder(required=False) is None:
+            _eager(checkpoints.save_npz, path, {n: v.numpy() for n, v in self.variables.items()})
+            return path
         names = list(self.variables)
         values = [v.read_value() for v in self.variables.values()]
         current_builder().make("Save", values, {"path": path, "names": names})
@@ -45,6 +55,10 @@ class Checkpoint:
     def restore(self, path):
         """Build Restore + Assign for every variable from `path`; return the restored values (a list)."""
         path = _checked(path)
+        if current_builder(required=False) is None:
+            values = {n: _eager(checkpoints.load_entry, path, n, v.dtype, v.shape)      # all checked first
+                      for n, v in self.variables.items()}
+            return [v.assign(values[n]) for n, v in self.variables.items()]
         b = current_builder()
         out = []
         for name, v in self.variables.items():
@@ -54,6 +68,15 @@ class Checkpoint:
 
     def __repr__(self):
         return f"<dfc.Checkpoint {list(self.variables)}>"
+
+
+def _eager(fn, *args):
+    try:
+        return fn(*args)
+    except OSError as e:
+        raise DfcError(f"cannot save checkpoint {args[0]!r}: {e}", loc=user_location()) from None
+    except DfcError as e:
+        raise DfcError(e.message, loc=user_location()) from None
 
 
 def _checked(path):

@@ -1,26 +1,58 @@
-"""dfc.Variable: state that lives in the runtime and persists across runs of a graph.
+"""dfc.Variable: state that lives in a resource container and persists across runs, graphs and sessions.
 
-A Variable may be created outside any trace; each graph that uses it gets one
-VarHandle node (at the top level, never inside a loop or branch) initialised
-from the initial value on the graph's first run.
+    w = dfc.Variable(np.zeros(3), name="w")
+    w.numpy()                 # its current value, outside any graph
+    w.assign(np.ones(3))      # set it from Python (assign_add / assign_sub too)
+    # inside traced code: w.read_value(), w.assign(v), w.assign_add(v) build graph nodes
+
+The value lives in a container of dfc/runtime/containers.py (the process's
+default one unless `container=` names another), under the Variable's shared
+name: every dfc.function, trace, retrace, Session and loaded graph that names
+it sees the same value (whitepaper §4.7). Each graph that uses the Variable
+gets one VarHandle node (at the top level, never inside a loop or branch)
+that finds the value by shared name, or makes it from the initial value
+after a `dfc.containers.reset()` or in another process.
+
+Shared names are unique in a process: the first Variable named "w" gets the
+shared name "w", the next "w_1", and so on, unless `shared_name=` is given
+(two Variables with one shared name are one Variable).
 """
 import itertools
+import threading
 
-from dfc.errors import DfcError
+import numpy as np
+
+from dfc.errors import DfcError, DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.compiler.tracing import Tensor, convert, const_array, current_builder, user_location
+from dfc.runtime import containers
 
-_ids = itertools.count()
+_names = set()
+_names_lock = threading.Lock()
+
+
+def _unique_name(name):
+    with _names_lock:
+        for candidate in itertools.chain([name], (f"{name}_{k}" for k in itertools.count(1))):
+            if candidate not in _names:
+                _names.add(candidate)
+                return candidate
 
 
 class Variable:
-    def __init__(self, initial_value, name=None, dtype=None):
+    def __init__(self, initial_value, name=None, dtype=None, shared_name=None, container=""):
         if isinstance(initial_value, Tensor):
             raise DfcError("a Variable's initial value must be a concrete value (numpy array or Python number), "
                            "not a symbolic tensor", loc=user_location())
-        self.initial_value = const_array(initial_value, dtype)
+        self.initial_value = np.array(const_array(initial_value, dtype))    # a copy the caller cannot change
+        self.initial_value.flags.writeable = False
         self.name = name or "variable"
-        self.shared_name = f"{self.name}_{next(_ids)}"
+        self.shared_name = shared_name or _unique_name(self.name)
+        self.container = container
+        try:
+            self._resource()  # created now, so numpy() and assign() work before any graph ran
+        except DfcError as e:
+            raise type(e)(e.message, loc=user_location()) from None
 
     @property
     def dtype(self):
@@ -30,18 +62,52 @@ class Variable:
     def shape(self):
         return tuple(self.initial_value.shape)
 
+    # ------------------------------------------------------------ outside any graph
+    def _resource(self):
+        return containers.get(self.container).variable(self.shared_name, lambda: self.initial_value)
+
+    def numpy(self):
+        """The current value (a copy) of this Variable in its container."""
+        v = self._resource().read()
+        return v.get() if hasattr(v, "__cuda_array_interface__") else np.array(v)
+
+    def __array__(self, dtype=None, copy=None):
+        v = self.numpy()
+        return v if dtype is None else v.astype(dtype)
+
+    def _eager_update(self, op, value):
+        arr = np.asarray(value.numpy() if isinstance(value, Variable) else value)
+        if arr.dtype.name != self.dtype:
+            conv = arr.astype(self.dtype) if arr.dtype.kind in "biuf" else None
+            with np.errstate(all="ignore"):
+                ok = conv is not None and (arr.dtype.kind == np.dtype(self.dtype).kind == "f" or
+                                           np.array_equal(conv.astype(arr.dtype), arr))
+            if not ok:
+                raise DfcTypeError(f"cannot {op} a {arr.dtype} value to variable {self.name!r} of {self.dtype} "
+                                   f"(converting would change the values)", loc=user_location())
+            arr = conv
+        if arr.shape != self.shape:
+            raise DfcTypeError(f"cannot {op} a value of shape {list(arr.shape)} to variable {self.name!r} of "
+                               f"shape {list(self.shape)}", loc=user_location())
+        self._resource().assign(arr, op)
+        return self.numpy()
+
+    # ------------------------------------------------------------ in traced code
     def handle(self):
         b = current_builder()
         h = b.variables.get(id(self))
         if h is None or h.node not in b.graph.nodes:
             init = b.make1("Const", (), {"value": self.initial_value}, ctx=None,
                            name=b.unique(f"{self.name}_init"))
-            h = b.make1("VarHandle", (init,), {"shared_name": self.shared_name}, ctx=None,
-                        name=b.unique(self.name))
+            h = b.make1("VarHandle", (init,), {"shared_name": self.shared_name, "container": self.container},
+                        ctx=None, name=b.unique(self.name))
             b.variables[id(self)] = h
         return h
 
     def read_value(self):
+        """In traced code a ReadVariable node; outside any graph the current value (numpy)."""
+        if current_builder(required=False) is None:
+            return self.numpy()
         return current_builder().make1("ReadVariable", (self.handle(),),
                                        {"dtype": self.dtype, "shape": list(self.shape)})
 
@@ -51,6 +117,8 @@ class Variable:
         return self.read_value()
 
     def _update(self, op, v):
+        if current_builder(required=False) is None:
+            return self._eager_update(op, v)
         v = convert(v, self.dtype)
         if v.shape is not None and not dt.shapes_compatible(v.shape, self.shape):
             raise DfcError(f"cannot {op} a value of shape {list(v.shape)} to variable {self.name!r} of shape "

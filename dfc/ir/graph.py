@@ -4,6 +4,8 @@ A node's inputs are tensor references "node:port" (":0" may be omitted) and
 control inputs "^node". Node names are unique; the graph keeps nodes in
 creation order, which is also the order of the JSON file.
 """
+import threading
+
 from dfc.errors import DfcGraphError, DfcTypeError
 from dfc.ir import ops as opreg
 from dfc.ir.dtypes import TType
@@ -56,7 +58,9 @@ class Graph:
         self.nodes = {}
         self.signature = {"name": name, "inputs": [], "outputs": None, "targets": []}
         self._session = None
+        self._session_lock = threading.Lock()
         self._types = None
+        self.from_file = False     # loaded from JSON: not trusted to choose checkpoint paths
 
     # ------------------------------------------------------------ building
     def add_node(self, node):
@@ -256,8 +260,10 @@ class Graph:
 
     def __call__(self, *args, **kwargs):
         if self._session is None:
-            from dfc.runtime.session import Session
-            self._session = Session(self)
+            with self._session_lock:      # concurrent first calls share one session
+                if self._session is None:
+                    from dfc.runtime.session import Session
+                    self._session = Session(self)
         return self._session.call(*args, **kwargs)
 
     def __repr__(self):

@@ -563,7 +563,10 @@ register("Assert", ("cond", "*data"), 0, {"message": ("str", "")},
          lambda a, ins: _require("Assert", ins[0], ("bool",), "condition") or [], stateful=True)
 
 _H = TType(dt.HANDLE, ())
-register("VarHandle", ("init",), 1, {"shared_name": ("str", REQUIRED)}, lambda a, ins: [_H], stateful=True)
+# A Variable's resource, found by shared name in a container ("": the session's default container),
+# made from `init` on first use (whitepaper §4.7).
+register("VarHandle", ("init",), 1, {"shared_name": ("str", REQUIRED), "container": ("str", "")},
+         lambda a, ins: [_H], stateful=True)
 
 
 def _read_infer(attrs, ins):

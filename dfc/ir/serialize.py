@@ -76,6 +76,7 @@ def from_json(text, source="<string>"):
     if not isinstance(sig, dict) or not isinstance(nodes, list):
         raise DfcGraphError(f"{source}: 'signature' must be an object and 'nodes' a list")
     g = Graph(sig.get("name", "graph"))
+    g.from_file = True
     for i, d in enumerate(nodes):
         g.add_node(_node_from_json(d, i))
     _check_signature(g, sig)

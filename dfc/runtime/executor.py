@@ -33,6 +33,7 @@ import numpy as np
 from dfc.errors import DfcDeadlockError, DfcError, DfcRuntimeError, DfcInputError
 from dfc.ir import ops as opreg
 from dfc.ir.graph import ROOT_FRAME, parse_input
+from dfc.runtime import checkpoints, containers
 from dfc.runtime.kernels import kernel_for
 
 NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, SEND, RECV = range(8)
@@ -57,13 +58,19 @@ FIRED = ()   # marks a Merge that already fired in an iteration
 class KernelContext:
     """What a kernel may see besides its inputs.
 
+    container: name -> dfc.runtime.containers.Container, where Variables live ("" is the
+    session's default container); kernels reach state only through it.
     memory: the device's MemoryTracker when it accounts bytes (else None);
-    swapper: the device's Swapper when stack swapping is on (dfc/runtime/memory.py).
+    swapper: the device's Swapper when stack swapping is on (dfc/runtime/memory.py);
+    files: the checkpoints.Directory that Save/Restore paths resolve in.
     """
-    __slots__ = ("variables", "run_count", "tag", "print", "memory", "swapper", "device")
+    __slots__ = ("container", "run_count", "tag", "print", "memory", "swapper", "device", "files")
 
-    def __init__(self, variables, run_count, printer, memory=None, swapper=None, device=None):
-        self.variables, self.run_count, self.tag, self.print = variables, run_count, (), printer
+    def __init__(self, container=None, run_count=0, printer=print, memory=None, swapper=None, device=None,
+                 files=None):
+        self.container = container or containers.get
+        self.files = files or checkpoints.Directory()
+        self.run_count, self.tag, self.print = run_count, (), printer
         self.memory, self.swapper, self.device = memory, swapper, device
 
 

@@ -238,10 +238,10 @@ def _holds(k):
 
 
 def _var_handle(node, kern):
-    name = node.attrs["shared_name"]
+    name, container = node.attrs["shared_name"], node.attrs.get("container", "")
 
     def f(ctx, a):
-        new = name not in ctx.variables
+        new = ctx.container(container).lookup(name) is None
         out = kern(ctx, a)
         if new and ctx.memory is not None:
             ctx.memory.pin(out[0].value, node.name)

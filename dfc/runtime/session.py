@@ -1,9 +1,16 @@
 """Session: feed/fetch execution of a Graph (whitepaper §4.2).
 
 `Session(graph).run(fetches, feeds)` runs only the subgraph the fetches (and
-the graph's side-effect targets, when asked) need. Variables live in the
-session and persist across runs; a Graph called directly uses one cached
-session, so its variables persist across calls.
+the graph's side-effect targets, when asked) need. Variables live in a
+resource container (dfc/runtime/containers.py), not in the session: by
+default the process's default container, shared by every graph and session,
+so state persists across runs, sessions and graphs; `container="name"` gives
+a session's Variables their own named container.
+
+Save/Restore (checkpoints) touch files under `checkpoint_dir` only. A graph
+loaded from JSON may name only relative paths inside it (default: the
+current directory); a graph traced in this process uses the paths its code
+wrote unless a checkpoint_dir is given.
 
 Devices (dfc/runtime/devices.py, partition.py): nodes run on the device of
 their `dfc.device` scope after `device_map` ({"gpu:0": "accel:0"}), the rest
@@ -23,6 +30,7 @@ from dfc.errors import DfcInputError, DfcError
 from dfc.ir import dtypes as dt
 from dfc.ir import structure
 from dfc.ir.graph import parse_input
+from dfc.runtime import checkpoints, containers
 from dfc.runtime.executor import Plan, Run, KernelContext, default_printer, Transport, PartitionedRun
 
 MODES = ("reference", "threads")
@@ -36,7 +44,7 @@ class Session:
     def __init__(self, graph, mode=None, num_threads=None, parallel_iterations=None, printer=None,
                  fuse_loops=None, device_map=None, devices=(), default_device="cpu:0", memory_caps=None,
                  track_memory=False, swap_memory=False, swap_threshold=0.5, swap_min_bytes=4096,
-                 swap_prefetch=2):
+                 swap_prefetch=2, container=None, checkpoint_dir=None):
         mode = mode or default_mode()
         if mode not in MODES:
             raise DfcError(f"unknown executor mode {mode!r} (use one of {', '.join(MODES)})")
@@ -45,13 +53,16 @@ class Session:
         self.fuse_loops = (mode == "threads") if fuse_loops is None else bool(fuse_loops)
         self.parallel_iterations = parallel_iterations
         self.printer = printer or default_printer
-        self.variables = {}
+        self.container = containers.get(container).name     # where Variables without a container live
+        self.checkpoint_dir = checkpoint_dir
         self.run_count = 0
         self._plans = {}
         self._pool = None
         self._num_threads = num_threads or min(4, os.cpu_count() or 2)
         self._lock = threading.Lock()
         graph.verify()
+        self.files = checkpoints.Directory(checkpoint_dir, confined=graph.from_file)
+        checkpoints.check_graph(graph, self.files)
         from dfc.runtime.devices import DeviceSet
         self.devices = DeviceSet(memory_caps, track_memory)
         self.swap_options = dict(threshold=float(swap_threshold), min_bytes=int(swap_min_bytes),
@@ -104,8 +115,16 @@ class Session:
 
     def _context(self, device=None):
         mem = device.memory if device is not None else None
-        return KernelContext(self.variables, self.run_count, self.printer, memory=mem,
-                             swapper=self._swapper(device) if mem is not None else None, device=device)
+        return KernelContext(self._container, self.run_count, self.printer, memory=mem,
+                             swapper=self._swapper(device) if mem is not None else None, device=device,
+                             files=self.files)
+
+    def _container(self, name):
+        return containers.get(name or self.container)
+
+    def variables(self):
+        """shared name -> current value of the Variables in this session's default container."""
+        return containers.get(self.container).snapshot()
 
     def _execute(self, plan, feeds):
         if isinstance(plan, Plan):
@@ -205,8 +224,9 @@ class Session:
 
 
 def _to_numpy(v):
+    """A result the caller owns: read-only arrays (a Variable's value, a constant) are copied."""
     if isinstance(v, np.ndarray):
-        return v
+        return v if v.flags.writeable else v.copy()
     if hasattr(v, "get") and hasattr(v, "__cuda_array_interface__"):
         return v.get()
     return np.asarray(v)

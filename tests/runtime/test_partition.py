@@ -271,7 +271,7 @@ def _partitioned_run(g, feeds, drop_send=None):
         fetches = [fetch] if d == dev_of_fetch else []
         mine = {k: v for k, v in feeds.items() if parts.where[k] == d}
         plan = Plan(p, fetches, set(mine), list(p.nodes), frame_ids=parts.frame_ids)
-        runs[d] = Run(plan, mine, KernelContext({}, 1, print), None, Transport(d, rv, coord))
+        runs[d] = Run(plan, mine, KernelContext(None, 1, print), None, Transport(d, rv, coord))
     return PartitionedRun(runs, [(dev_of_fetch, 0)]).execute()
 
 

@@ -102,11 +102,11 @@ def test_a_stuck_execution_raises_naming_the_waiting_nodes():
     mul = next(n for n in g.nodes if n.startswith("mul_"))   # the * 3.0 after the loop, in the branch
     feeds = {"x": np.float32(2), "n": np.int64(3)}
     with pytest.raises(dfc.DfcRuntimeError, match="dead"):      # untaken branch: a dead value
-        Run(Plan(g, [mul], {"x", "n"}, ()), feeds, KernelContext({}, 1, print)).execute()
+        Run(Plan(g, [mul], {"x", "n"}, ()), feeds, KernelContext(None, 1, print)).execute()
     plan = Plan(g, [mul], {"x", "n"}, ())
     plan.enter_count[1] += 1
     with pytest.raises(dfc.DfcDeadlockError, match="still waiting") as e:
-        Run(plan, feeds, KernelContext({}, 1, print)).execute()
+        Run(plan, feeds, KernelContext(None, 1, print)).execute()
     assert e.value.node == mul and "while" in str(e.value)
 
 

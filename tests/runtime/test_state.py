@@ -6,7 +6,7 @@ import dfc
 from tests.conftest import run_all_modes
 
 
-def test_variable_persists_across_calls_and_sessions_are_separate():
+def test_variable_persists_across_calls_and_sessions_share_it_unless_given_a_container():
     v = dfc.Variable(np.zeros(2, np.float32), name="acc")
 
     def step(x):
@@ -16,9 +16,16 @@ def test_variable_persists_across_calls_and_sessions_are_separate():
     g = dfc.trace(step, dfc.TensorSpec([2], "float32"))
     np.testing.assert_array_equal(g(np.ones(2, np.float32)), [1, 1])
     np.testing.assert_array_equal(g(np.ones(2, np.float32)), [2, 2])
-    fresh = dfc.Session(g)
-    np.testing.assert_array_equal(fresh.call(np.ones(2, np.float32) * 5), [5, 5])
-    np.testing.assert_array_equal(g(np.ones(2, np.float32)), [3, 3])
+    other = dfc.Session(g)                                   # the default container: the same Variable
+    np.testing.assert_array_equal(other.call(np.ones(2, np.float32) * 5), [7, 7])
+    np.testing.assert_array_equal(g(np.ones(2, np.float32)), [8, 8])
+    own = dfc.Session(g, container="test_state_own")         # a named container: its own state
+    np.testing.assert_array_equal(own.call(np.ones(2, np.float32) * 5), [5, 5])
+    np.testing.assert_array_equal(v.numpy(), [8, 8])
+    assert "test_state_own" in dfc.containers.names()
+    dfc.containers.reset("test_state_own")
+    assert "test_state_own" not in dfc.containers.names()
+    np.testing.assert_array_equal(own.call(np.ones(2, np.float32)), [1, 1])    # made again from its init
 
 
 def test_assign_runs_even_when_not_returned():
@@ -34,9 +41,9 @@ def test_assign_runs_even_when_not_returned():
     g = dfc.trace(f, dfc.TensorSpec([], "int64"))
     s = dfc.Session(g)
     s.call(np.int64(4))
-    assert int(s.variables[v.shared_name].value) == 6
+    assert int(s.variables()[v.shared_name]) == 6 == int(v.numpy())
     s.call(np.int64(2))
-    assert int(s.variables[v.shared_name].value) == 7
+    assert int(s.variables()[v.shared_name]) == 7 == int(v.numpy())
 
 
 def test_variable_updates_inside_loop_in_order():
@@ -54,8 +61,9 @@ def test_variable_updates_inside_loop_in_order():
     for _ in range(5):
         x = 2 * x + 1
     assert float(g(np.int64(5))) == x
-    for mode in ("reference", "threads"):
-        assert float(dfc.Session(g, mode=mode, parallel_iterations=32).call(np.int64(5))) == x
+    for mode in ("reference", "threads"):       # each in a fresh container, so each starts from w = 1
+        s = dfc.Session(g, mode=mode, parallel_iterations=32, container=f"in_order_{mode}")
+        assert float(s.call(np.int64(5))) == x
 
 
 def test_print_runs_in_program_order():

@@ -10,6 +10,7 @@
 """
 import functools
 import inspect
+import threading
 import warnings
 
 import numpy as np
@@ -20,6 +21,8 @@ from dfc.compiler.autograph import conversion, core, parser
 from dfc.compiler.autograph.errors import DfcUndefinedVariableError, DfcUnsupportedSyntaxError
 from dfc.compiler.autograph.special_values import Undefined, UndefinedReturnValue
 from dfc.compiler.autograph.tensor_list import TensorList
+
+_trace_lock = threading.RLock()
 
 
 def function(fn=None, *, input_signature=None):
@@ -131,8 +134,14 @@ class Function:
 
     def _graph(self, key, trace_args, trace_kwargs):
         entry = self._cache.get(key)
-        if entry is not None:
-            return entry[0]
+        if entry is None:
+            with _trace_lock:            # concurrent first calls trace once and share the graph
+                entry = self._cache.get(key)
+                if entry is None:
+                    return self._trace_new(key, trace_args, trace_kwargs)
+        return entry[0]
+
+    def _trace_new(self, key, trace_args, trace_kwargs):
         converted = self.converted_python_function()
         if self._instance is not None:
             converted = converted.__func__

@@ -10,6 +10,9 @@ from dfc.runtime.kernels.registry import direct, kernel, simple
 @kernel("Const")
 def _const(node, xp):
     v = xp.asarray(node.attrs["value"])
+    if isinstance(v, np.ndarray):
+        v = v.copy()
+        v.flags.writeable = False     # shared by every run: nothing may write it
     return lambda ctx, a: (v,)
 
 

@@ -2,55 +2,31 @@
 import numpy as np
 
 from dfc.errors import DfcAssertionError, DfcRuntimeError
+from dfc.runtime import checkpoints
 from dfc.runtime.kernels.registry import kernel
 
 FLOW = np.float32(0.0)
 
 
-class VariableSlot:
-    __slots__ = ("name", "value")
-
-    def __init__(self, name, value):
-        self.name, self.value = name, value
-
-
 @kernel("VarHandle")
 def _var_handle(node, xp):
-    name = node.attrs["shared_name"]
+    """The Variable resource named by the node, found in (or added to) the run's container."""
+    name, container = node.attrs["shared_name"], node.attrs.get("container", "")
 
     def f(ctx, a):
-        slot = ctx.variables.get(name)
-        if slot is None:
-            slot = ctx.variables[name] = VariableSlot(name, xp.asarray(a[0]).copy())
-        return (slot,)
+        return (ctx.container(container).variable(name, lambda: xp.asarray(a[0]), node=node.name),)
     return f
 
 
 @kernel("ReadVariable")
 def _read(node, xp):
-    return lambda ctx, a: (a[0].value,)
-
-
-def _check_assign(slot, v):
-    if v.dtype != slot.value.dtype or v.shape != slot.value.shape:
-        raise DfcRuntimeError(f"cannot assign {v.dtype}{list(v.shape)} to variable {slot.name!r} of "
-                              f"{slot.value.dtype}{list(slot.value.shape)}")
+    return lambda ctx, a: (a[0].read(),)
 
 
 @kernel("Assign", "AssignAdd", "AssignSub")
 def _assign(node, xp):
     op = node.op
-
-    def f(ctx, a):
-        slot, v = a
-        if op == "AssignAdd":
-            v = slot.value + v
-        elif op == "AssignSub":
-            v = slot.value - v
-        _check_assign(slot, xp.asarray(v))
-        slot.value = v
-        return (v,)
-    return f
+    return lambda ctx, a: (a[0].assign(xp.asarray(a[1]), op, node.name),)
 
 
 class Stack(list):
@@ -233,11 +209,12 @@ def _assert(node, xp):
 
 @kernel("Save")
 def _save(node, xp):
-    path, names = node.attrs["path"], node.attrs["names"]
+    path, names = _npz(node.attrs["path"]), node.attrs["names"]
 
     def f(ctx, a):
+        full = ctx.files.resolve(path, node.name)
         try:
-            np.savez(path, **{n: np.asarray(v) for n, v in zip(names, a)})
+            checkpoints.save_npz(full, {n: _host(v) for n, v in zip(names, a)})
         except OSError as e:
             raise DfcRuntimeError(f"cannot save checkpoint {path!r}: {e}", node=node.name) from None
         return ()
@@ -247,14 +224,18 @@ def _save(node, xp):
 @kernel("Restore")
 def _restore(node, xp):
     at = node.attrs
+    path = _npz(at["path"])
 
     def f(ctx, a):
-        path = at["path"] if at["path"].endswith(".npz") else at["path"] + ".npz"   # as np.savez names it
-        try:
-            with np.load(path) as z:
-                v = z[at["name"]]
-        except (OSError, KeyError) as e:
-            raise DfcRuntimeError(f"cannot restore {at['name']!r} from {at['path']!r}: {e}",
-                                  node=node.name) from None
-        return (xp.asarray(v.astype(at["dtype"])),)
+        v = checkpoints.load_entry(ctx.files.resolve(path, node.name), at["name"], at["dtype"], at["shape"],
+                                   node.name)
+        return (xp.asarray(v),)
     return f
+
+
+def _npz(path):
+    return path if path.endswith(".npz") else path + ".npz"    # as numpy.savez names a file
+
+
+def _host(v):
+    return v.get() if hasattr(v, "__cuda_array_interface__") else np.asarray(v)
