@@ -7,6 +7,7 @@ user's frames only; anything else unexpected is reported in one line as a
 dfc bug, with the traceback under --debug.
 """
 import ast
+import errno
 import fractions
 import json
 import math
@@ -28,6 +29,8 @@ class _Main(click.Group):
         except DfcError as e:
             if debug:
                 raise
+            if _from_broken_pipe(e):    # an in-graph print to a closed pipe (`dfc run ... | head -1`)
+                raise BrokenPipeError(errno.EPIPE, "Broken pipe") from e
             _fail(ctx, f"dfc: error: {e}")
         except KeyboardInterrupt:
             if debug:
@@ -38,6 +41,16 @@ class _Main(click.Group):
                 raise
             _fail(ctx, f"dfc: internal error: {type(e).__name__}: {e}\n"
                        f"This is a bug in dfc; run again with `dfc --debug ...` for the traceback and report it.")
+
+
+def _from_broken_pipe(e):
+    """Whether the error (a kernel failure, say) was caused by writing to a closed stdout."""
+    seen = 0
+    while e is not None and seen < 20:
+        if isinstance(e, BrokenPipeError):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
 
 
 def _fail(ctx, message):

@@ -52,6 +52,8 @@ def load_module(path):
         sys.modules.pop(name, None)
         if isinstance(e, SyntaxError):      # in a module the user's file imports
             raise DfcInputError(f"{e.filename}:{e.lineno}: syntax error: {e.msg}") from None
+        if isinstance(e, DfcError):
+            add_user_loc(e, path)
         if isinstance(e, (DfcError, KeyboardInterrupt)):
             raise
         raise user_code_error(e, f"dfc imported {os.path.basename(path)}", path) from e
@@ -94,6 +96,16 @@ def user_code_error(exc, while_doing, path):
             lines.append(f"    {text}")
     lines.append("(dfc --debug compile ... shows the full traceback, dfc's own frames included)")
     return DfcUserCodeError("\n".join(lines), loc=loc)
+
+
+def add_user_loc(e, path):
+    """Locate a DfcError that names no place at the user's innermost frame (file:line)."""
+    if e.loc is not None or e.node is not None:
+        return
+    frames = user_frames(e.__traceback__, path)
+    if frames:
+        e.loc = f"{os.path.basename(frames[-1][0])}:{frames[-1][1]}"
+        e.args = (e._format(),)
 
 
 def user_frames(tb, path=None):
@@ -174,7 +186,8 @@ def compile_file(path, names=None, out_dir="."):
 def _trace(fn, name, path):
     try:
         return fn.trace()
-    except DfcError:
+    except DfcError as e:
+        add_user_loc(e, path)
         raise
     except (Exception, SystemExit) as e:
         raise user_code_error(e, f"tracing dfc.function {name!r}", path) from e
