@@ -13,15 +13,16 @@ graph, restores them (Restore + Assign) and evaluates the restored model.
 
     python samples/linear_model.py [--steps 100]
     dfc compile samples/linear_model.py -o out   # -> out/train.json, out/restore_and_evaluate.json
-    dfc run out/train.json --input xs=@xs.npy --input ys=@ys.npy --input steps=100 --json
-    dfc run out/restore_and_evaluate.json --input xs=@xs.npy --input ys=@ys.npy --json
+    dfc run out/train.json --input xs=@xs.npy --input ys=@ys.npy --input steps=100 --json --checkpoint-dir out
+    dfc run out/restore_and_evaluate.json --input xs=@xs.npy --input ys=@ys.npy --json --checkpoint-dir out
 
-The checkpoint file is $LINEAR_MODEL_CHECKPOINT, by default dfc_linear_model.npz in the temporary directory
-(its path is fixed when the graph is built).
+The checkpoint file is $LINEAR_MODEL_CHECKPOINT, by default dfc_linear_model.npz (its path is fixed
+when the graph is built). A relative path is relative to the current directory when the functions run
+in this process, and to the checkpoint directory (`--checkpoint-dir`, default the current directory)
+when `dfc run` runs the compiled graphs: a graph loaded from a file may only save and restore there.
 """
 import argparse
 import os
-import tempfile
 
 import numpy as np
 
@@ -30,7 +31,7 @@ import dfc
 D = 3
 LEARNING_RATE = 0.1
 SAVE_AT = 20
-CHECKPOINT = os.environ.get("LINEAR_MODEL_CHECKPOINT", os.path.join(tempfile.gettempdir(), "dfc_linear_model.npz"))
+CHECKPOINT = os.environ.get("LINEAR_MODEL_CHECKPOINT", "dfc_linear_model.npz")
 
 w = dfc.Variable(np.zeros(D), name="w")
 b = dfc.Variable(np.float64(0.0), name="b")

@@ -36,9 +36,9 @@ def compile_sample(name, out_dir, env=None):
     cli("compile", f"samples/{name}.py", "-o", str(out_dir), env=env)
 
 
-def run_graph(path, env=None, **inputs):
+def run_graph(path, env=None, options=(), **inputs):
     """`dfc run path --input k=v ... --json`; numpy values go through .npy files. Returns the outputs list."""
-    args = ["run", str(path), "--json"]
+    args = ["run", str(path), "--json", *options]
     for k, v in inputs.items():
         if isinstance(v, np.ndarray):
             f = os.path.join(os.path.dirname(str(path)), f"{k}.npy")
@@ -261,16 +261,17 @@ def test_linear_model_trains_in_one_loop_and_restores_its_checkpoint(tmp_path):
 
 def test_linear_model_compiled(tmp_path):
     m = load("linear_model")
-    env = dict(ENV, LINEAR_MODEL_CHECKPOINT=str(tmp_path / "ckpt.npz"))
+    env = dict(ENV, LINEAR_MODEL_CHECKPOINT="ckpt.npz")        # relative to the checkpoint directory
     compile_sample("linear_model", tmp_path, env=env)
     xs, ys = m.make_data(n=16, seed=2)
-    errors, w, b = run_graph(tmp_path / "train.json", env=env, xs=xs, ys=ys, steps=40)
+    options = ("--checkpoint-dir", str(tmp_path))
+    errors, w, b = run_graph(tmp_path / "train.json", env=env, options=options, xs=xs, ys=ys, steps=40)
     want_errors, want_w, want_b = m.train_numpy(xs, ys, 40)
     np.testing.assert_allclose(errors, want_errors, rtol=1e-10)
     np.testing.assert_allclose(w, want_w, rtol=1e-10)
     assert b == pytest.approx(want_b, rel=1e-10)
     assert (tmp_path / "ckpt.npz").exists()
-    w_saved, _, e_saved = run_graph(tmp_path / "restore_and_evaluate.json", env=env, xs=xs, ys=ys)
+    w_saved, _, e_saved = run_graph(tmp_path / "restore_and_evaluate.json", env=env, options=options, xs=xs, ys=ys)
     np.testing.assert_allclose(w_saved, m.train_numpy(xs, ys, m.SAVE_AT)[1], rtol=1e-10)
     assert e_saved == pytest.approx(errors[m.SAVE_AT], rel=1e-10)
 
