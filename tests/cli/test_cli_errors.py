@@ -507,3 +507,41 @@ def test_mermaid_escapes_node_and_frame_names(graphs, tmp_path):
     assert sorted(labels) == sorted(f"{name}: {n.op}" for name, n in g.nodes.items())
     assert len(edges) == sum(len(n.inputs) for n in g.nodes.values())
     assert {e for edge in edges for e in edge} <= ids
+
+
+# ------------------------------------------------- Save/Restore under --checkpoint-dir
+def saving_graph(path, save_to, var_name):
+    v = dfc.Variable(np.zeros(2, np.float32), name=var_name)
+    ckpt = dfc.Checkpoint([v])
+
+    @dfc.function(input_signature=[dfc.TensorSpec([2], "float32")])
+    def train(x):
+        v.assign(x)
+        ckpt.save(save_to)
+        return v.read_value()
+    dfc.save(train.trace(), str(path))
+    return path
+
+
+def test_save_goes_under_the_checkpoint_dir(tmp_path, monkeypatch):
+    graph = saving_graph(tmp_path / "saver.json", "ck.npz", "w_cli_saver")
+    (tmp_path / "ckdir").mkdir()
+    r = cli("run", graph, "-i", "x=[1, 2]", "--checkpoint-dir", tmp_path / "ckdir")
+    assert r.exit_code == 0, r.stderr
+    with np.load(tmp_path / "ckdir" / "ck.npz") as z:
+        np.testing.assert_array_equal(z["w_cli_saver"], [1, 2])
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")                 # default: the current directory
+    assert cli("run", graph, "-i", "x=[3, 4]").exit_code == 0
+    with np.load(tmp_path / "cwd" / "ck.npz") as z:
+        np.testing.assert_array_equal(z["w_cli_saver"], [3, 4])
+
+
+@pytest.mark.parametrize("where", ["../escape.npz", "ABSOLUTE"])
+def test_save_outside_the_checkpoint_dir_is_refused(tmp_path, where):
+    target = str(tmp_path / "abs.npz") if where == "ABSOLUTE" else where
+    graph = saving_graph(tmp_path / "escaper.json", target, f"w_cli_escape_{len(where)}")
+    (tmp_path / "ckdir").mkdir()
+    error(cli("run", graph, "-i", "x=[1, 2]", "--checkpoint-dir", tmp_path / "ckdir"), 1, target,
+          "checkpoint directory")
+    assert not (tmp_path / "escape.npz").exists() and not (tmp_path / "abs.npz").exists()
