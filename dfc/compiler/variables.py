@@ -17,6 +17,7 @@ Shared names are unique in a process: the first Variable named "w" gets the
 shared name "w", the next "w_1", and so on, unless `shared_name=` is given
 (two Variables with one shared name are one Variable).
 """
+import contextlib
 import itertools
 import threading
 
@@ -29,6 +30,19 @@ from dfc.runtime import containers
 
 _names = set()
 _names_lock = threading.Lock()
+_creation = threading.local()      # .forbidden_in: the dfc.function being retraced, if any
+
+
+@contextlib.contextmanager
+def creation_allowed(allowed, function_name):
+    """While a dfc.function is retraced, creating a Variable is an error (it would be a new Variable
+    with fresh state in the new trace, unlike the one the first trace uses)."""
+    before = getattr(_creation, "forbidden_in", None)
+    _creation.forbidden_in = None if allowed else function_name
+    try:
+        yield
+    finally:
+        _creation.forbidden_in = before
 
 
 def _unique_name(name):
@@ -44,6 +58,11 @@ class Variable:
         if isinstance(initial_value, Tensor):
             raise DfcError("a Variable's initial value must be a concrete value (numpy array or Python number), "
                            "not a symbolic tensor", loc=user_location())
+        where = getattr(_creation, "forbidden_in", None)
+        if where is not None:
+            raise DfcError(f"dfc.function {where} creates a dfc.Variable on a retrace (a new input signature): "
+                           f"it would be a second Variable with fresh state. Create Variables outside the "
+                           f"function, or only on its first call", loc=user_location())
         self.initial_value = np.array(const_array(initial_value, dtype))    # a copy the caller cannot change
         self.initial_value.flags.writeable = False
         self.name = name or "variable"

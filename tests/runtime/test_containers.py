@@ -206,3 +206,17 @@ def test_checkpoint_saves_whichever_function_last_touched_the_values(tmp_path):
     ckpt.save(str(tmp_path / "eager.npz"))                   # outside a graph: eager save
     with np.load(tmp_path / "eager.npz") as z:
         np.testing.assert_array_equal(z["w"], [9, 9])
+
+
+def test_variables_made_inside_a_function_on_its_first_trace_keep_state_like_tf():
+    @dfc.function
+    def count(x):
+        v = dfc.Variable(np.float32(0.0), name="made_inside")
+        v.assign_add(x)
+        return v.read_value()
+
+    assert float(count(np.float32(1.0))) == 1.0
+    assert float(count(np.float32(1.0))) == 2.0             # one Variable, made on the first trace
+    with pytest.raises(dfc.DfcError, match="creates a dfc.Variable on a retrace") as e:
+        count(np.float64(1.0))                               # a retrace would make a second, fresh one
+    assert "test_containers.py" in str(e.value)

@@ -17,6 +17,7 @@ import numpy as np
 
 from dfc import nest
 from dfc.errors import DfcInputError
+from dfc.compiler import variables
 from dfc.compiler.autograph import conversion, core, parser
 from dfc.compiler.autograph.errors import DfcUndefinedVariableError, DfcUnsupportedSyntaxError
 from dfc.compiler.autograph.special_values import Undefined, UndefinedReturnValue
@@ -154,9 +155,13 @@ class Function:
             traced_fn = functools.partial(traced, self._instance)
             functools.update_wrapper(traced_fn, self.python_function)
             traced_fn.__wrapped__ = _drop_first_param(self.python_function)
-            graph = core.trace(traced_fn, trace_args[1:], trace_kwargs, self.__name__)
+            fn, args = traced_fn, trace_args[1:]
         else:
-            graph = core.trace(traced, trace_args, trace_kwargs, self.__name__)
+            fn, args = traced, trace_args
+        # As in tf.function: Variables may be created on the first trace only; a retrace that made
+        # new ones would silently start from fresh state.
+        with variables.creation_allowed(not self._cache, self.__qualname__):
+            graph = core.trace(fn, args, trace_kwargs, self.__name__)
         # keep the arguments alive: identity-keyed statics must not be reused
         self._cache[key] = (graph, trace_args)
         return graph
