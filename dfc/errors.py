@@ -32,6 +32,10 @@ class DfcTypeError(DfcError):
     """Dtype or shape mismatch found while building or loading a graph."""
 
 
+class DfcIndexError(DfcTypeError, IndexError):
+    """A constant index out of range of a dimension whose size is known while tracing."""
+
+
 class DfcConversionError(DfcError):
     """Python source that dfc.function cannot convert (or converts unsafely)."""
 

@@ -7,7 +7,7 @@ differentiable).
 """
 import numpy as np
 
-from dfc.errors import DfcTypeError, DfcGraphError
+from dfc.errors import DfcTypeError, DfcGraphError, DfcIndexError
 from dfc.ir import dtypes as dt
 from dfc.ir.dtypes import TType
 
@@ -412,7 +412,7 @@ def getitem_shape(shape, spec, dyn):
         if kind == "int":
             k = item[1]
             if isinstance(k, int) and n is not None and not -n <= k < n:
-                raise DfcTypeError(f"index {k} is out of range for dimension {i} of size {n}")
+                raise DfcIndexError(f"index {k} is out of range for dimension {i} of size {n}")
         elif kind == "slice":
             parts = item[1:]
             if n is not None and all(isinstance(p, int) or p is None for p in parts):

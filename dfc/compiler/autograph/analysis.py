@@ -3,6 +3,7 @@ definitions. Results are stored on the If/While/For nodes they describe:
 
   node._dfc_modified   QNs written anywhere in the statement (not in nested defs)
   node._dfc_live_out   QNs live right after the statement
+  node._dfc_live_in    (if) QNs live right before the statement
   node._dfc_loop_live  (loops) QNs live at the loop head
   node._dfc_defined_in names possibly defined before the statement
 
@@ -169,7 +170,9 @@ def live_block(stmts, live_out):
 def live_stmt(node, live_out):
     if isinstance(node, gast.If):
         node._dfc_live_out = set(live_out)
-        return reads(node.test) | live_block(node.body, live_out) | live_block(node.orelse, live_out)
+        node._dfc_live_in = (reads(node.test) | live_block(node.body, live_out)
+                             | live_block(node.orelse, live_out))
+        return node._dfc_live_in
     if isinstance(node, gast.While):
         node._dfc_live_out = set(live_out)
         head = set(live_out) | reads(node.test) | live_block(node.orelse, live_out)

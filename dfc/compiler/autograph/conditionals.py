@@ -1,11 +1,14 @@
 """if_stmt and if_exp: Python `if` on Python values, dfc.cond on tensors."""
-from dfc.compiler.autograph import core, state
-from dfc.compiler.autograph.errors import DfcLoopVariableError
+import numpy as np
+
+from dfc.ir import dtypes
+from dfc.compiler.autograph import core, logical, state
+from dfc.compiler.autograph.errors import DfcLoopVariableError, DfcUnsupportedSyntaxError
 from dfc.compiler.autograph.origin import generated_caller_location
 from dfc.compiler.autograph.rollback import Mark
 
 
-def if_stmt(cond, body, orelse, get_state, set_state, names, opts=None):
+def if_stmt(cond, body, orelse, get_state, set_state, names, nouts=None):
     """Equivalent to:
 
         if cond:
@@ -15,11 +18,12 @@ def if_stmt(cond, body, orelse, get_state, set_state, names, opts=None):
 
     where body/orelse update the variables `names` (read with get_state,
     written with set_state). On a tensor `cond` both branches are traced
-    into a dfc.cond whose outputs are those variables.
+    into a dfc.cond whose outputs are the first `nouts` of those variables
+    (default: all); each branch starts from the values before the `if`.
     """
     if core.is_tensor(cond):
         return tensor_if(cond, body, orelse, get_state, set_state, names,
-                         generated_caller_location())
+                         generated_caller_location(), nouts)
     if cond:
         body()
     elif orelse is not None:
@@ -27,25 +31,63 @@ def if_stmt(cond, body, orelse, get_state, set_state, names, opts=None):
 
 
 def if_exp(cond, if_true, if_false):
-    """`if_true() if cond else if_false()`; a dfc.cond on a tensor `cond`."""
-    if core.is_tensor(cond):
-        return core.dfc().cond(cond, if_true, if_false)
-    return if_true() if cond else if_false()
+    """`if_true() if cond else if_false()`; a dfc.cond on a tensor `cond`.
+
+    A side whose tracing fails on the values it sees (logical.lazy) fails at
+    run time instead, only if it is taken; it is traced after the other side,
+    so it can stand in with zeros shaped like that side's value.
+    """
+    if not core.is_tensor(cond):
+        return if_true() if cond else if_false()
+    dfc = core.dfc()
+    seen = []
+
+    def first(fn):
+        def run():
+            seen.append(fn())
+            return seen[-1]
+        return run
+
+    def second(fn):
+        return lambda: logical.lazy(fn, state.placeholder_from_spec(state.placeholder_spec(seen[-1])))
+
+    mark = Mark()
+    try:
+        return dfc.cond(cond, first(if_true), second(if_false))
+    except logical.DEFERRED_ERRORS:  # from if_true: trace if_false first
+        mark.rollback()
+    return dfc.cond(logical.not_(cond), first(if_false), second(if_true))
 
 
-def tensor_if(cond, body, orelse, get_state, set_state, names, loc):
-    init = get_state()
+def not_tensor_in_try(value, kind):
+    """value, the test of an `if`/`while` or the iterable of a `for` in a `try` body, where it
+    must not build an in-graph cond or loop."""
+    from dfc.compiler.autograph import iterables
+    if core.is_tensor(value) or (kind == "for" and iterables.is_tensor_iterable(value)):
+        raise DfcUnsupportedSyntaxError(
+            f"this `{kind}` depends on a tensor inside a `try` block: it becomes an in-graph "
+            f"{'cond' if kind == 'if' else 'loop'} whose errors happen when the graph runs, where "
+            f"the `except` cannot catch them; move the `{kind}` out of the `try` (or the `try` "
+            f"out of the dfc.function)", loc=generated_caller_location())
+    return value
+
+
+def tensor_if(cond, body, orelse, get_state, set_state, names, loc, nouts=None):
+    init = tuple(get_state())
+    nouts = len(names) if nouts is None else nouts
     fixed, casts = None, {}
     while True:
         mark = Mark()
         try:
-            plans, outputs = _build_cond(cond, body, orelse, get_state, set_state, names, init,
-                                         fixed, casts, loc)
+            plans, outputs = _build_cond(cond, body, orelse, get_state, set_state, names[:nouts],
+                                         init, fixed, casts, loc)
             break
         except state.Replan as replan:
             mark.rollback()
             fixed, casts = replan.plans, replan.casts
-    set_state(state.rebuild(plans, outputs))
+    # the inputs-only variables are dead here; they get their values from before the `if`
+    # rather than tensors of the branch traced last
+    set_state(state.rebuild(plans, outputs) + init[nouts:])
 
 
 def _build_cond(cond, body, orelse, get_state, set_state, names, init, fixed, casts, loc):
@@ -56,7 +98,7 @@ def _build_cond(cond, body, orelse, get_state, set_state, names, init, fixed, ca
             set_state(_fresh_lists(init))
             if fn is not None:
                 fn()
-            values = list(get_state())
+            values = list(get_state())[:len(names)]
             plans = state.plans_for(names, values)
             if fixed is not None:
                 for i, (f, p) in enumerate(zip(fixed, plans)):
@@ -78,7 +120,7 @@ def _build_cond(cond, body, orelse, get_state, set_state, names, init, fixed, ca
                                                   true_plans, loc))
             mine = state.dynamic_values(true_plans, values)
             needed = _unify(seen["true_dynamic"], mine, true_plans, loc)
-            if any(seen["true_dynamic"][k].dtype != d for k, d in needed.items()):
+            if any(_needs_cast(seen["true_dynamic"][k], d) for k, d in needed.items()):
                 raise state.Replan(true_plans, needed)
             return _cast(mine, needed)
         return run
@@ -89,18 +131,65 @@ def _build_cond(cond, body, orelse, get_state, set_state, names, init, fixed, ca
 
 
 def _unify(first, second, plans, loc):
-    """{dynamic leaf index: dtype} where the branches' dtypes differ and must be promoted."""
-    from dfc.ir import dtypes
+    """{dynamic leaf index: dtype} where the branches' dtypes differ and one side must be cast.
+
+    A weakly typed value (a Python scalar, or a tensor made only from them) takes the other
+    branch's dtype, as it would in arithmetic; two strongly typed values of different dtypes
+    are an error, as in TF and JAX.
+    """
     needed = {}
     for k, (x, y) in enumerate(zip(first, second)):
-        if core.is_tensor(x) and core.is_tensor(y) and x.dtype != y.dtype:
-            if "bool" in (x.dtype, y.dtype):
-                name = state.dynamic_names(plans)[k]
-                raise DfcLoopVariableError(
-                    f"'{name}' is {x.dtype} in one branch of this tensor `if` and {y.dtype} in the "
-                    f"other; cast one of them (dfc.cast)", loc=loc)
-            needed[k] = dtypes.promote(x.dtype, y.dtype)
+        kx, ky = _typing(x), _typing(y)
+        if None in (kx, ky) or kx[0] == ky[0] or kx[1] == ky[1] == "python":
+            continue
+        (dx, wx), (dy, wy) = kx, ky
+        if "python" in (wx, wy):
+            py, (other, other_dtype) = (x, (y, dy)) if wx == "python" else (y, (x, dx))
+            if core.is_tensor(other):
+                target = _weak_to(py, other_dtype)
+                if target != other_dtype:
+                    needed[k] = target
+            continue
+        if "bool" in (dx, dy) or wx == wy == "strong":
+            name = state.dynamic_names(plans)[k]
+            raise DfcLoopVariableError(
+                f"'{name}' is {dx} when the condition of this tensor `if` is true and {dy} when "
+                f"it is false; cast one of them (dfc.cast) so both branches give the same dtype",
+                loc=loc)
+        if wx == wy:
+            needed[k] = dtypes.promote(dx, dy)
+        else:
+            weak, strong_dtype = (x, dy) if wx == "weak" else (y, dx)
+            needed[k] = _weak_to(0.0 if dtypes.is_float(weak.dtype) else 0, strong_dtype)
     return needed
+
+
+def _typing(x):
+    """(dtype, 'python' | 'weak' | 'strong') of a branch output leaf, None if it has no dtype."""
+    if core.is_tensor(x):
+        return x.dtype, "weak" if x.weak else "strong"
+    if isinstance(x, (np.generic, np.ndarray)):  # before float: np.float64 is a float
+        return np.dtype(x.dtype).name, "strong"
+    if isinstance(x, bool):
+        return "bool", "python"
+    if isinstance(x, int):
+        return "int64", "python"
+    if isinstance(x, float):
+        return "float32", "python"
+    return None
+
+
+def _weak_to(scalar, dtype):
+    """The dtype a weakly typed scalar and a value of `dtype` meet in (as in arithmetic)."""
+    if isinstance(scalar, float) and not dtypes.is_float(dtype):
+        return "float64"
+    if isinstance(scalar, int) and not isinstance(scalar, bool) and dtype == "bool":
+        return "int64"
+    return dtype
+
+
+def _needs_cast(x, dtype):
+    return core.is_tensor(x) and x.dtype != dtype
 
 
 def _cast(values, casts):

@@ -13,7 +13,7 @@ import gast
 
 from dfc.compiler.autograph import analysis, origin, parser, templates
 from dfc.compiler.autograph.converters import (asserts, break_continue, call_trees, checks,
-                                               control_flow, lists, logical, returns)
+                                               control_flow, deletes, lists, logical, returns)
 from dfc.compiler.autograph.naming import Namer
 from dfc.compiler.autograph.transformer import Context
 
@@ -21,6 +21,7 @@ from dfc.compiler.autograph.transformer import Context
 # if/while/for), and logical operators after the jump guards that use `not`.
 PIPELINE = (
     checks.Checks,
+    deletes.Deletes,
     break_continue.BreakContinue,
     returns.Returns,
     asserts.Asserts,

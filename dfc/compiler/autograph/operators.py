@@ -1,14 +1,15 @@
 """The `ag__` namespace of converted code: every helper generated code calls."""
 from dfc.compiler.autograph.calls import converted_call
-from dfc.compiler.autograph.conditionals import if_exp, if_stmt
-from dfc.compiler.autograph.logical import and_, not_, or_
+from dfc.compiler.autograph.conditionals import if_exp, if_stmt, not_tensor_in_try
+from dfc.compiler.autograph.logical import and_, compare_chain, not_, or_
 from dfc.compiler.autograph.loops import for_stmt, while_stmt
 from dfc.compiler.autograph.misc import assert_stmt, ld_or_undefined, list_append
-from dfc.compiler.autograph.special_values import (Undefined, UndefinedReturnValue, is_undefined,
-                                                   ld, retval)
+from dfc.compiler.autograph.special_values import (Undefined, UndefinedReturnValue, deleted,
+                                                   is_undefined, ld, retval, unset)
 
 __all__ = [
     "converted_call", "if_exp", "if_stmt", "and_", "not_", "or_", "for_stmt", "while_stmt",
     "assert_stmt", "ld_or_undefined", "list_append", "Undefined", "UndefinedReturnValue",
     "is_undefined", "ld", "retval",
+    "not_tensor_in_try", "compare_chain", "deleted", "unset",
 ]

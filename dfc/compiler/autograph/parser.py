@@ -13,10 +13,15 @@ class SourceUnavailable(Exception):
 
 
 def function_source(fn):
-    """(dedented source, filename, line offset) of fn's definition."""
+    """(dedented source, filename, line offset) of fn's definition.
+
+    Found through fn's code object: inspect follows `__wrapped__` from a function (a
+    functools.wraps wrapper would give the wrapped function's source and lose the wrapper's).
+    """
+    code = getattr(fn, "__code__", fn)
     try:
-        lines, first = inspect.getsourcelines(fn)
-        filename = inspect.getsourcefile(fn) or inspect.getfile(fn)
+        lines, first = inspect.getsourcelines(code)
+        filename = inspect.getsourcefile(code) or inspect.getfile(code)
     except (OSError, TypeError) as e:
         raise SourceUnavailable(str(e)) from None
     return textwrap.dedent("".join(lines)), filename, max(first, 1) - 1
@@ -25,7 +30,7 @@ def function_source(fn):
 def parse_function(fn):
     """The FunctionDef (or Lambda) node of fn, with user origins on every node."""
     source, filename, offset = function_source(fn)
-    if fn.__name__ == "<lambda>":
+    if getattr(fn, "__code__", None) is not None and fn.__code__.co_name == "<lambda>":
         return _parse_lambda(fn, source, filename, offset)
     try:
         tree = gast.parse(source)

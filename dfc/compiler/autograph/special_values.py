@@ -57,3 +57,30 @@ def ld(value):
     if isinstance(value, Undefined):
         value._fail()
     return value
+
+
+def unset(load_parent, key, is_attr):
+    """Remove attribute or item `key` of load_parent(), if it is there.
+
+    set_state of a converted `if` calls this for an attribute / constant
+    subscript whose saved value is undefined, so a branch that sets
+    `d['k']` does not leave it behind for the other branch to find.
+    """
+    try:
+        parent = load_parent()
+    except (AttributeError, KeyError, IndexError, TypeError):
+        return
+    try:
+        if is_attr:
+            delattr(parent, key)
+        else:
+            del parent[key]
+    except (AttributeError, KeyError, IndexError, TypeError):
+        pass
+
+
+def deleted(value, name):
+    """`del name`, written `name = deleted(name, 'name')`: the variable must have a value (as
+    in Python); afterwards it is undefined, so converted if/loops can carry the deletion."""
+    ld(value)
+    return Undefined(name)

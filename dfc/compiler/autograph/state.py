@@ -17,6 +17,7 @@ from dfc.compiler.autograph.special_values import Undefined, UndefinedReturnValu
 from dfc.compiler.autograph.tensor_list import TensorList
 
 DYN, STATIC, LIST = "dyn", "static", "list"
+RETURN_VALUE = "retval_"  # the Returns converter's variable (errors.INTERNAL_NAMES)
 
 
 class Replan(Exception):
@@ -204,6 +205,11 @@ def check_compatible(first, second, loc, where):
                 static = a if ka == STATIC else b
                 if isinstance(static, TensorList):
                     continue  # empty untyped list: handled by the loop
+                if static is None and name == describe(RETURN_VALUE):
+                    raise DfcLoopVariableError(
+                        "this function returns a tensor on one path and None on another (a bare "
+                        "`return`, or reaching its end after this statement) that a tensor "
+                        "condition chooses between; return a tensor on every path", loc=loc)
                 raise DfcLoopVariableError(
                     f"{name} is {_short(static)} on one path and a tensor on another "
                     f"({'tensor `if`' if where == 'cond' else 'tensor loop'}); give it a tensor "

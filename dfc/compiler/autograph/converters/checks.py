@@ -1,11 +1,10 @@
-"""Reject syntax that cannot be converted, with the user's line: `yield`,
-`try` around control flow, and global/nonlocal writes in converted blocks."""
+"""Reject syntax that cannot be converted, with the user's line: `yield` and
+global/nonlocal writes in converted blocks. (Control flow inside `try` is
+converted; only a tensor if/loop there is an error, raised while tracing.)"""
 import gast
 
 from dfc.compiler.autograph import analysis
 from dfc.compiler.autograph.transformer import Converter, walk_no_nested
-
-_FLOW = (gast.If, gast.While, gast.For, gast.Break, gast.Continue, gast.Return)
 
 
 class Checks(Converter):
@@ -14,16 +13,6 @@ class Checks(Converter):
                                "return a list or use dfc.TensorArray instead")
 
     visit_YieldFrom = visit_Yield
-
-    def visit_Try(self, node):
-        for child in walk_no_nested(node):
-            if isinstance(child, _FLOW):
-                raise self.error(child, "try/except around control flow (if/while/for/break/"
-                                        "continue/return) cannot be converted: errors of an "
-                                        "in-graph loop or cond happen at run time, not here; "
-                                        "move the try outside the dfc.function")
-        self.generic_visit(node)
-        return node
 
     def visit_FunctionDef(self, node):
         declared = {}

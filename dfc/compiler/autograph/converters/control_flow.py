@@ -13,9 +13,13 @@
                                       y = -x
                                   ag__.if_stmt(x > 0, if_body, else_body, get_state, set_state, ('y',))
 
-The state is exactly the modified variables that are live afterwards (for
-loops: live at the loop head), sorted, plain names first; modified
-attributes and constant subscripts (`self.x`, `d['k']`) are always state.
+The state is the modified variables that are live afterwards (for loops:
+live at the loop head), sorted, plain names first; modified attributes and
+constant subscripts (`self.x`, `d['k']`) are always state. An `if` also
+carries, after those outputs, the modified variables its branches read
+before writing: both branches are traced in turn, and each must start from
+the values before the `if` (as in AutoGraph, `nouts` says how many of the
+state variables are outputs).
 Variables no definition reaches get `x = ag__.Undefined('x')` first, so
 `nonlocal` always has a binding and misuse is reported by name.
 """
@@ -30,6 +34,9 @@ class ControlFlow(Converter):
     def transform(cls, node, ctx):
         converter = cls(ctx)
         converter.maybe_undefined = set()
+        converter.try_depth = 0
+        converter.maybe_undefined.update(n._dfc_deletes for n in gast.walk(node)
+                                         if hasattr(n, "_dfc_deletes"))
         node = converter.visit(node)
         if converter.maybe_undefined:
             node = _WrapLoads(converter.maybe_undefined).visit(node)
@@ -72,15 +79,25 @@ class ControlFlow(Converter):
         if plain:
             target = gast.Tuple(elts=[templates.name(q, gast.Store()) for q in plain], ctx=gast.Store())
             value = templates.name(vars_name)
-            if len(plain) < len(state):
+            if plain != state[:len(plain)]:
+                value = templates.replace_as_expression(
+                    "(" + "".join(f"vars_[{state.index(q)}], " for q in plain) + ")", vars_=vars_name)
+            elif len(plain) < len(state):
                 value = templates.replace_as_expression(f"vars_[:{len(plain)}]", vars_=vars_name)
             sets.append(gast.Assign(targets=[target], value=value, type_comment=None))
         for i, qn in enumerate(state):
             if analysis.is_composite(qn):
+                # an undefined entry is removed, so the next branch starts without it
+                target = _parse_qn(qn)
+                is_attr = isinstance(target, gast.Attribute)
+                key = target.attr if is_attr else target.slice.value
                 sets.extend(templates.replace(f"""
                     if not ag__.is_undefined(vars_[{i}]):
                         target = vars_[{i}]
-                """, vars_=vars_name, target=_parse_qn(qn)))
+                    else:
+                        ag__.unset(lambda: parent, key, is_attr)
+                """, vars_=vars_name, target=target, parent=target.value,
+                    key=templates.const(key), is_attr=templates.const(is_attr)))
         if not sets:
             sets = [gast.Pass()]
         stmts = templates.replace("""
@@ -114,10 +131,39 @@ class ControlFlow(Converter):
             return templates.const(None)
         return gast.Dict(keys=[templates.const("lists")], values=[templates.str_tuple(sorted(lists))])
 
+    # ------------------------------------------------------------ try
+    def visit_FunctionDef(self, node):
+        saved, self.try_depth = self.try_depth, 0
+        self.generic_visit(node)
+        self.try_depth = saved
+        return node
+
+    def visit_Try(self, node):
+        self.try_depth += 1
+        node.body = self.visit_block(node.body)
+        self.try_depth -= 1
+        node.handlers = self.visit_block(node.handlers)
+        node.orelse = self.visit_block(node.orelse)
+        node.finalbody = self.visit_block(node.finalbody)
+        return node
+
+    def _outside_try(self, value, kind):
+        """value, checked at trace time when it decides a statement inside a `try` body:
+        the errors of an in-graph cond/loop happen at run time, out of the `except`'s reach."""
+        if not self.try_depth:
+            return value
+        return templates.replace_as_expression("ag__.not_tensor_in_try(value, kind)",
+                                               value=value, kind=templates.const(kind))
+
     # ------------------------------------------------------------ if
     def visit_If(self, node):
         self.generic_visit(node)
-        state = self._state(node, node._dfc_live_out)
+        outputs = self._state(node, node._dfc_live_out)
+        # Variables a branch reads before writing that are dead after the `if` are state too
+        # (not outputs): each traced branch must start from the values before the `if`.
+        inputs = [q for q in self._plain_modified(node)
+                  if q in node._dfc_live_in and q not in outputs]
+        state = outputs + inputs
         nonlocals = self._plain_modified(node)
         out = self._undefined_inits(node)
         fns, get_name, set_name = self._state_functions(state)
@@ -129,10 +175,11 @@ class ControlFlow(Converter):
             else_def, else_name = self._def("else_body", node.orelse, nonlocals)
             out.extend(else_def)
         out.extend(templates.replace(
-            "ag__.if_stmt(test, body, orelse, get_state, set_state, names)",
-            test=node.test, body=body_name,
+            "ag__.if_stmt(test, body, orelse, get_state, set_state, names, nouts)",
+            test=self._outside_try(node.test, "if"), body=body_name,
             orelse=else_name if else_name else templates.const(None),
-            get_state=get_name, set_state=set_name, names=templates.str_tuple(state)))
+            get_state=get_name, set_state=set_name, names=templates.str_tuple(state),
+            nouts=templates.const(len(outputs))))
         return self.mark(out, node)
 
     # ------------------------------------------------------------ while
@@ -147,7 +194,7 @@ class ControlFlow(Converter):
         out.extend(templates.replace("""
             def test_name():
                 return test
-        """, test_name=test_name, test=node.test))
+        """, test_name=test_name, test=self._outside_try(node.test, "while")))
         body_def, body_name = self._def("loop_body", node.body, nonlocals)
         out.extend(body_def)
         out.extend(templates.replace(
@@ -182,7 +229,7 @@ class ControlFlow(Converter):
         out.extend(body_def)
         out.extend(templates.replace(
             "ag__.for_stmt(iter_, extra, body, get_state, set_state, names, opts)",
-            iter_=node.iter, extra=extra_name if extra_name else templates.const(None),
+            iter_=self._outside_try(node.iter, "for"), extra=extra_name if extra_name else templates.const(None),
             body=body_name, get_state=get_name, set_state=set_name,
             names=templates.str_tuple(state), opts=self._opts(node, state)))
         return self.mark(out, node)

@@ -55,6 +55,16 @@ class JumpLowering:
         if isinstance(node, gast.With):
             node.body, a = self.block(node.body)
             return [node], a
+        if isinstance(node, gast.Try):
+            jumps = False
+            for part in [node] + node.handlers:
+                for field in ("body", "orelse", "finalbody"):
+                    stmts = getattr(part, field, None)
+                    if stmts:
+                        new, may_jump = self.block(stmts)
+                        setattr(part, field, new or [gast.Pass()])
+                        jumps = jumps or may_jump
+            return [node], jumps
         if self.into_loops and isinstance(node, (gast.While, gast.For)):
             node.body, a = self.block(node.body)
             if a and self.on_loop is not None:

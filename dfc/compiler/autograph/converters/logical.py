@@ -3,14 +3,14 @@
     a and b      -> ag__.and_(lambda: a, lambda: b)
     a or b       -> ag__.or_(lambda: a, lambda: b)
     not a        -> ag__.not_(a)
-    a < b < c    -> ag__.and_(lambda: a < b, lambda: b < c)
+    a < b < c    -> ag__.compare_chain(lambda: a, (lambda: b, lambda lhs_, rhs_: lhs_ < rhs_),
+                                      (lambda: c, lambda lhs_, rhs_: lhs_ < rhs_))
     x if c else y -> ag__.if_exp(c, lambda: x, lambda: y)
 
 On tensors the right operand is evaluated only in the branch of a cond that
-needs it; on Python values these are plain Python semantics.
+needs it; on Python values these are plain Python semantics. Each operand of
+a chained comparison is evaluated at most once, as in Python.
 """
-import copy
-
 import gast
 
 from dfc.compiler.autograph import templates
@@ -45,12 +45,11 @@ class Logical(Converter):
         self.generic_visit(node)
         if len(node.ops) < 2 or _has_walrus(node):
             return node
-        operands = [node.left] + list(node.comparators)
-        parts = [gast.Compare(left=copy.deepcopy(operands[i]), ops=[op],
-                             comparators=[copy.deepcopy(operands[i + 1])])
-                 for i, op in enumerate(node.ops)]
-        call = templates.replace_as_expression("ag__.and_()")
-        call.args = [_lambda(p) for p in parts]
+        call = templates.replace_as_expression("ag__.compare_chain(first)", first=_lambda(node.left))
+        for op, operand in zip(node.ops, node.comparators):
+            compare = templates.replace_as_expression("lambda lhs_, rhs_: lhs_ < rhs_")
+            compare.body.ops = [op]
+            call.args.append(gast.Tuple(elts=[_lambda(operand), compare], ctx=gast.Load()))
         return self.mark(call, node)
 
     def visit_IfExp(self, node):

@@ -12,7 +12,11 @@
                                            retval_ = -1
                                        return ag__.retval(retval_)
 
-A function whose only return is its last statement is left alone.
+A function whose only return is its last statement is left alone. When the
+end of the function can be reached, it gets an explicit `return None`
+(Python's implicit one), so a tensor `if` that returns a tensor in one branch
+and falls off the end in the other is an error naming the variable, never a
+made-up value.
 """
 import gast
 
@@ -28,13 +32,16 @@ class Returns(Converter):
         returns = [n for n in walk_no_nested(node) if isinstance(n, gast.Return)]
         if not returns or (len(returns) == 1 and node.body[-1] is returns[0]):
             return node
+        if not always_leaves(node.body):
+            node.body = node.body + self.mark(templates.replace("return None"), node.body[-1])
         flag = self.ctx.namer.new("do_return")
         value = self.ctx.namer.new("retval_")
 
         def replace(ret):
+            # the value first: if computing it raises (and a `try` catches that), no return happened
             stmts = templates.replace("""
-                flag = True
                 value = result
+                flag = True
             """, flag=flag, value=value,
                 result=ret.value if ret.value is not None else templates.const(None))
             return self.mark(stmts, ret)
@@ -53,3 +60,26 @@ class Returns(Converter):
             docstring, body = body[:1], body[1:]
         node.body = docstring + head + body + tail
         return node
+
+
+def always_leaves(stmts):
+    """Whether running stmts always ends in a `return` or `raise` (never reaches their end)."""
+    return any(_leaves(s) for s in stmts)
+
+
+def _leaves(node):
+    if isinstance(node, (gast.Return, gast.Raise)):
+        return True
+    if isinstance(node, gast.If):
+        return always_leaves(node.body) and always_leaves(node.orelse)
+    if isinstance(node, gast.While):
+        # `while True:` without `break` (a break would have made the test `not break_ and True`)
+        return isinstance(node.test, gast.Constant) and bool(node.test.value)
+    if isinstance(node, gast.With):
+        return always_leaves(node.body)
+    if isinstance(node, gast.Try):
+        if always_leaves(node.finalbody):
+            return True
+        return ((always_leaves(node.body) or always_leaves(node.orelse))
+                and all(always_leaves(h.body) for h in node.handlers))
+    return False
