@@ -194,9 +194,13 @@ def _unify_pair(b, tctx, tv, fctx, fv, label, cname, loc):
     if ft:
         fv = _in_ctx(b, fctx, fv)
     if tt and not ft:
-        fv = _const_in(b, fctx, fv, tv.dtype if is_weak(fv) else None)
+        # a Python scalar takes the tensor's dtype unless that changes its value (0.5 against
+        # an int tensor): then both take the dtype arithmetic would give them
+        d = _scalar_meets(fv, tv.dtype)
+        tv, fv = _cast_in(b, tctx, tv, d), _const_in(b, fctx, fv, d)
     elif ft and not tt:
-        tv = _const_in(b, tctx, tv, fv.dtype if is_weak(tv) else None)
+        d = _scalar_meets(tv, fv.dtype)
+        tv, fv = _const_in(b, tctx, tv, d), _cast_in(b, fctx, fv, d)
     elif not tt and not ft:
         if is_weak(tv) and is_weak(fv):
             d = "float32" if float in (type(tv), type(fv)) else \
@@ -215,6 +219,26 @@ def _in_ctx(b, ctx, v):
     old, b.ctx = b.ctx, ctx
     try:
         return capture(v, ctx, b)
+    finally:
+        b.ctx = old
+
+
+def _scalar_meets(v, dtype):
+    if not is_weak(v):
+        return None
+    if dtype == "bool" and v in (0, 1):
+        return dtype    # `flag = 0` against a bool tensor stays bool
+    from dfc.compiler.ops_api import _weak_to
+    return _weak_to(v, dtype)
+
+
+def _cast_in(b, ctx, t, dtype):
+    if dtype is None or t.dtype == dtype:
+        return t
+    from dfc.compiler.ops_api import cast
+    old, b.ctx = b.ctx, ctx
+    try:
+        return cast(t, dtype)
     finally:
         b.ctx = old
 

@@ -130,6 +130,47 @@ def test_tensor_ifs_in_unrolled_python_loop():
     matches_python(g, (i32(0),), (i32(2),), (i32(5),))
 
 
+def test_closure_in_other_branch_sees_value_before_if():
+    def g(x):
+        scale = 1.0
+
+        def apply(v):
+            return v * scale
+        if x > 0:
+            scale = 2.0
+            y = apply(x)
+        else:
+            y = apply(x)
+        return y
+    matches_python(g, (f32(-1.0),), (f32(3.0),))
+
+
+def test_closure_called_after_if_sees_branch_value():
+    def g(x):
+        scale = 1.0
+
+        def apply(v):
+            return v * scale
+        if x > 0:
+            scale = 2.0
+        return apply(x)
+    matches_python(g, (f32(-1.0),), (f32(3.0),))
+
+
+def test_closure_called_in_tensor_loop_sees_each_iteration():
+    def g(n):
+        scale = 1.0
+        s = 0.0
+        get = lambda: scale  # noqa: E731
+        i = 0
+        while i < n:
+            s = s + get()
+            scale = 5.0
+            i += 1
+        return s
+    matches_python(g, (i32(3),), (i32(0),))
+
+
 # ------------------------------------------------------------------ 2. a dict key / attribute set in one branch
 def test_dict_key_set_only_in_true_branch():
     def g(a):
@@ -263,6 +304,34 @@ def test_python_float_against_int_tensor_keeps_its_value():
             y = b
         return y
     matches_python(g, (np.bool_(True), i32(3)), (np.bool_(False), i32(3)))
+
+
+def test_python_float_against_int_tensor_in_conditional_expression():
+    def g(c, b):
+        return 0.5 if c else b
+
+    def h(c, b):
+        return dfc.cond(c, lambda: b, lambda: 0.5)
+    matches_python(g, (np.bool_(True), i32(3)), (np.bool_(False), i32(3)))
+    graph = dfc.trace(h, dfc.TensorSpec([], "bool"), dfc.TensorSpec([], "int32"))
+    assert graph(np.bool_(False), i32(3)) == 0.5
+
+
+def test_python_int_against_bool_tensor():
+    def g(c, a):
+        if c:
+            y = 5
+        else:
+            y = a > 0
+        return y
+
+    def h(c, a):
+        y = 0
+        if c:
+            y = a > 0
+        return y
+    matches_python(g, (np.bool_(True), f32(1.0)), (np.bool_(False), f32(1.0)))
+    assert function(h)(np.bool_(True), f32(1.0)).dtype == np.bool_
 
 
 # ------------------------------------------------------------------ 5. del in a tensor `if`

@@ -4,6 +4,9 @@ definitions. Results are stored on the If/While/For nodes they describe:
   node._dfc_modified   QNs written anywhere in the statement (not in nested defs)
   node._dfc_live_out   QNs live right after the statement
   node._dfc_live_in    (if) QNs live right before the statement
+
+Variables that nested functions and lambdas read are live everywhere they
+have a value (see `captured`): a closure may be called at any point.
   node._dfc_loop_live  (loops) QNs live at the loop head
   node._dfc_defined_in names possibly defined before the statement
 
@@ -263,9 +266,67 @@ def analyze_function(fn_node):
     body = fn_node.body if isinstance(fn_node.body, list) else []
     live_block(body, set())
     defined_block(body, set(param_names(fn_node)))
+    _add_captured(fn_node)
     for node in gast.walk(fn_node):
         if isinstance(node, _COMPOUND):
             node._dfc_modified = modified(node)
         elif isinstance(node, gast.FunctionDef) and node is not fn_node:
             live_block(node.body, set())
             defined_block(node.body, set(param_names(node)))
+            _add_captured(node)
+
+
+# ---------------------------------------------------------------- closures
+# Helpers whose lambda arguments the converters made: they run at once, so what they read is
+# read right there (liveness already counts it), unlike a closure that may run at any later call.
+_IMMEDIATE = {"and_", "or_", "if_exp", "compare_chain", "assert_stmt"}
+
+
+def captured(fn_node):
+    """The variables that functions and lambdas nested in fn_node read from it."""
+    out = set()
+    for closure in _closures(fn_node.body):
+        out |= free_reads(closure)
+    return out
+
+
+def _closures(nodes):
+    for node in nodes:
+        if isinstance(node, (gast.FunctionDef, gast.Lambda)):
+            yield node
+            continue
+        if isinstance(node, gast.ClassDef):
+            continue
+        children = list(gast.iter_child_nodes(node))
+        if _is_immediate_call(node):  # look inside the converter's lambdas, not at them
+            children = [c.body if isinstance(c, gast.Lambda) else c for c in children]
+            children = [e.body if isinstance(e, gast.Lambda) else e for c in children
+                        for e in (c.elts if isinstance(c, gast.Tuple) else [c])]
+        yield from _closures(children)
+
+
+def _is_immediate_call(node):
+    func = getattr(node, "func", None) if isinstance(node, gast.Call) else None
+    return (isinstance(func, gast.Attribute) and isinstance(func.value, gast.Name)
+            and func.value.id == "ag__" and func.attr in _IMMEDIATE)
+
+
+def _add_captured(fn_node):
+    """A variable a closure reads is read whenever the closure is called, which the statement
+    order does not show: it is live everywhere it has a value (an output of the ifs and loops
+    that change it) and each branch of an `if` starts from its value before the `if`."""
+    names = captured(fn_node)
+    if not names:
+        return
+    todo = list(fn_node.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (gast.FunctionDef, gast.Lambda, gast.ClassDef)):
+            continue
+        todo.extend(gast.iter_child_nodes(node))
+        before = getattr(node, "_dfc_defined_in", set())
+        if isinstance(node, gast.If) and hasattr(node, "_dfc_live_in"):
+            node._dfc_live_in |= names
+            node._dfc_live_out |= names & before
+        elif isinstance(node, (gast.While, gast.For)) and hasattr(node, "_dfc_loop_live"):
+            node._dfc_loop_live |= names & before

@@ -144,12 +144,7 @@ def _unify(first, second, plans, loc):
             continue
         (dx, wx), (dy, wy) = kx, ky
         if "python" in (wx, wy):
-            py, (other, other_dtype) = (x, (y, dy)) if wx == "python" else (y, (x, dx))
-            if core.is_tensor(other):
-                target = _weak_to(py, other_dtype)
-                if target != other_dtype:
-                    needed[k] = target
-            continue
+            continue  # dfc.cond gives a Python scalar the other side's dtype, or casts that side
         if "bool" in (dx, dy) or wx == wy == "strong":
             name = state.dynamic_names(plans)[k]
             raise DfcLoopVariableError(
@@ -158,9 +153,10 @@ def _unify(first, second, plans, loc):
                 loc=loc)
         if wx == wy:
             needed[k] = dtypes.promote(dx, dy)
-        else:
-            weak, strong_dtype = (x, dy) if wx == "weak" else (y, dx)
-            needed[k] = _weak_to(0.0 if dtypes.is_float(weak.dtype) else 0, strong_dtype)
+        else:  # the weak side takes the strong side's dtype, unless that drops a fraction
+            weak_dtype, strong_dtype = (dx, dy) if wx == "weak" else (dy, dx)
+            needed[k] = ("float64" if dtypes.is_float(weak_dtype) and not dtypes.is_float(strong_dtype)
+                         else strong_dtype)
     return needed
 
 
@@ -177,15 +173,6 @@ def _typing(x):
     if isinstance(x, float):
         return "float32", "python"
     return None
-
-
-def _weak_to(scalar, dtype):
-    """The dtype a weakly typed scalar and a value of `dtype` meet in (as in arithmetic)."""
-    if isinstance(scalar, float) and not dtypes.is_float(dtype):
-        return "float64"
-    if isinstance(scalar, int) and not isinstance(scalar, bool) and dtype == "bool":
-        return "int64"
-    return dtype
 
 
 def _needs_cast(x, dtype):

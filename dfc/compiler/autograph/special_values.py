@@ -68,8 +68,8 @@ def unset(load_parent, key, is_attr):
     """
     try:
         parent = load_parent()
-    except (AttributeError, KeyError, IndexError, TypeError):
-        return
+    except (AttributeError, KeyError, IndexError, TypeError, DfcUndefinedVariableError):
+        return  # no container: nothing to remove
     try:
         if is_attr:
             delattr(parent, key)
