@@ -53,7 +53,7 @@ def matches_python(fn, *arg_sets):
                                    err_msg=f"{fn.__name__}{args}")
 
 
-# ------------------------------------------------------------------ 1. each branch starts from the values before the `if`
+# ---------------------------------------- 1. each branch starts from the values before the `if`
 def test_variable_modified_in_both_branches_and_dead_after_if():
     def g(c):
         i = 0
@@ -171,7 +171,7 @@ def test_closure_called_in_tensor_loop_sees_each_iteration():
     matches_python(g, (i32(3),), (i32(0),))
 
 
-# ------------------------------------------------------------------ 2. a dict key / attribute set in one branch
+# ---------------------------------------- 2. a dict key / attribute set in one branch
 def test_dict_key_set_only_in_true_branch():
     def g(a):
         x = {"a": a}
@@ -216,7 +216,7 @@ def test_dict_key_set_in_both_branches():
     matches_python(g, (f32(1.0),), (f32(-3.0),))
 
 
-# ------------------------------------------------------------------ 3. a tensor on one path, the end of the function on another
+# ---------------------------------------- 3. a tensor on one path, the end of the function on another
 def test_tensor_return_on_one_path_and_falling_off_the_end():
     def g(x):
         if x > 0:  # MARK
@@ -262,7 +262,7 @@ def test_return_in_every_branch():
     matches_python(g, (f32(1.5),), (f32(-2.0),))
 
 
-# ------------------------------------------------------------------ 4. branch dtypes
+# ---------------------------------------- 4. branch dtypes
 def test_int32_and_float32_branches_are_an_error():
     def g(c, a, b):
         if c:  # MARK
@@ -334,7 +334,7 @@ def test_python_int_against_bool_tensor():
     assert function(h)(np.bool_(True), f32(1.0)).dtype == np.bool_
 
 
-# ------------------------------------------------------------------ 5. del in a tensor `if`
+# ---------------------------------------- 5. del in a tensor `if`
 def test_del_in_both_branches():
     def g(c, a):
         x = a * 2
@@ -379,7 +379,7 @@ def test_del_of_unbound_name_is_still_python_error():
         function(g)(f32(1.0), False)
 
 
-# ------------------------------------------------------------------ 6. try / except / finally
+# ---------------------------------------- 6. try / except / finally
 def test_try_with_python_loops_and_jumps():
     def g(x):
         try:
@@ -462,7 +462,7 @@ def test_tensor_loops_inside_try_are_errors():
     expect(DfcUnsupportedSyntaxError, f, (f32(1.0), i32(2)), "# MARK", "try", "`for`")
 
 
-# ------------------------------------------------------------------ 7. lazy and/or: the right side never fails while tracing
+# ---------------------------------------- 7. lazy and/or: the right side never fails while tracing
 def linear_search(a, n, t):
     i = 0
     while i < n and a[i] != t:
@@ -510,7 +510,7 @@ def test_conditional_expression_guarding_index():
     matches_python(h, (np.ones(2, np.float32), np.bool_(False)))
 
 
-# ------------------------------------------------------------------ 8. chained comparisons
+# ---------------------------------------- 8. chained comparisons
 def test_chained_comparison_evaluates_each_operand_once():
     calls = []
 
@@ -551,7 +551,7 @@ def test_chained_comparison_short_circuits_like_python():
         assert seen == python_calls
 
 
-# ------------------------------------------------------------------ 9. functools.wraps decorators
+# ---------------------------------------- 9. functools.wraps decorators
 def add_hundred(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
