@@ -340,6 +340,8 @@ def _build_loop(b, cond_fn, body_fn, lv, flat, dtypes, shapes, weak, labels, tok
     b.ctx = ctx
     try:
         ctx.pivot = ctx.merges[0]
+        if token:   # a side effect in the condition waits for the previous iteration's effects
+            ctx.token = ctx.merges[-1]
         user_vars = nest.pack_sequence_as(lv, list(ctx.merges[:n_user]), True)
         pred = cond_fn(*user_vars)
         if not isinstance(pred, Tensor):

@@ -210,14 +210,30 @@ def concat(values, axis=0):
 
 
 def stack(values, axis=0):
+    """numpy.stack: a tensor, TensorArray or list built in a tensor loop stacks its first axis."""
     if isinstance(values, Tensor):
-        return values
+        return stacked_axis(values, axis)
     if hasattr(values, "_dfc_stack"):
-        return values._dfc_stack()
+        return values._dfc_stack(axis)
     values = list(values)
     if not values:
         raise DfcTypeError("dfc.stack of an empty list", loc=user_location())
     return _b().make1("Stack", _same_dtype(values), {"axis": axis})
+
+
+def stacked_axis(t, axis):
+    """`t` (elements stacked on axis 0) laid out as numpy.stack(elements, axis=axis)."""
+    if axis == 0:
+        return t
+    rank = t.ndim
+    if rank is None:
+        raise DfcTypeError(f"dfc.stack(..., axis={axis}) needs elements of known rank; stack with "
+                           f"axis=0 and dfc.transpose the result", loc=user_location())
+    if not -rank <= axis < rank:
+        raise DfcTypeError(f"dfc.stack: axis {axis} is out of bounds for elements of rank "
+                           f"{rank - 1}", loc=user_location())
+    axis %= rank
+    return transpose(t, list(builtins.range(1, axis + 1)) + [0] + list(builtins.range(axis + 1, rank)))
 
 
 def unstack(x, num=None, axis=0):
@@ -332,17 +348,20 @@ def random_normal(shape, mean=0.0, stddev=1.0, dtype="float32", seed=0):
 
 
 def print(*values, sep=" ", end="\n"):
-    """In-graph print: like Python's print, run when the graph runs (in program order)."""
+    """In-graph print: like Python's print, run when the graph runs (in program order).
+    Tensors print as str(numpy value); an f-string of tensors (in dfc.function) prints too."""
     pieces, tensors, text = [], [], ""
     for k, v in enumerate(values):
         if k:
             text += sep
-        if isinstance(v, Tensor):
-            pieces.append(text)
-            tensors.append(v)
-            text = ""
-        else:
-            text += str(v)
+        parts = v._dfc_print_parts() if hasattr(v, "_dfc_print_parts") else [v]
+        for part in parts:
+            if isinstance(part, Tensor):
+                pieces.append(text)
+                tensors.append(part)
+                text = ""
+            else:
+                text += str(part)
     pieces.append(text + end)
     _b().make("Print", tensors, {"template": pieces})
 
@@ -352,6 +371,20 @@ def Assert(cond, data=None, message=""):
     if c.dtype != "bool":
         c = cast(c, "bool")
     _b().make("Assert", [c] + [convert(d) for d in (data or [])], {"message": str(message)})
+
+
+def checked_when_used(value, ok, message):
+    """`value`, checked when it is used at run time: DfcAssertionError(message) if `ok` is false.
+
+    Unlike Assert this is not a side effect in program order: the check runs only if
+    something that runs needs `value`.
+    """
+    b = _b()
+    name = b.unique("check")
+    b.make("Assert", [convert(ok)], {"message": str(message)}, name=name, ordered=False)
+    out = b.make1("Identity", (value,), control=[name])
+    out.weak = value.weak
+    return out
 
 
 def clip(x, lo, hi):
@@ -426,3 +459,60 @@ Tensor.astype = cast
 Tensor.reshape = lambda self, *s: reshape(self, s[0] if len(s) == 1 else s)
 Tensor.sum = lambda self, axis=None, keepdims=False: reduce_sum(self, axis, keepdims)
 Tensor.mean = lambda self, axis=None, keepdims=False: reduce_mean(self, axis, keepdims)
+Tensor.max = lambda self, axis=None, keepdims=False: reduce_max(self, axis, keepdims)
+Tensor.min = lambda self, axis=None, keepdims=False: reduce_min(self, axis, keepdims)
+Tensor.prod = lambda self, axis=None, keepdims=False: reduce_prod(self, axis, keepdims)
+Tensor.any = lambda self, axis=None, keepdims=False: reduce_any(self, axis, keepdims)
+Tensor.all = lambda self, axis=None, keepdims=False: reduce_all(self, axis, keepdims)
+
+
+def _arg_method(fn):
+    """ndarray.argmax/argmin: over the flattened tensor when axis is None."""
+    def method(self, axis=None):
+        return fn(reshape(self, [-1]), 0) if axis is None else fn(self, axis)
+    return method
+
+
+Tensor.argmax, Tensor.argmin = _arg_method(argmax), _arg_method(argmin)
+
+# numpy functions on symbolic tensors. A ufunc that is one of Tensor's operators (numpy calls
+# np.add for `array + t`) is that operator; any other numpy function would run while tracing
+# on a value that does not exist yet: a DfcTypeError naming the dfc function to use.
+_UFUNC_OPERATORS = {
+    "add": add, "subtract": subtract, "multiply": multiply, "true_divide": divide,
+    "divide": divide, "floor_divide": floordiv, "remainder": mod, "mod": mod, "power": pow,
+    "matmul": matmul, "less": less, "less_equal": less_equal, "greater": greater,
+    "greater_equal": greater_equal, "equal": equal, "not_equal": not_equal,
+    "bitwise_and": logical_and, "bitwise_or": logical_or, "invert": logical_not,
+    "negative": negative, "positive": identity, "absolute": abs,
+}
+_NUMPY_TO_DFC = {"absolute": "abs", "true_divide": "divide", "floor_divide": "floordiv",
+                 "remainder": "mod", "power": "pow", "concatenate": "concat", "amax": "reduce_max",
+                 "amin": "reduce_min", "max": "reduce_max", "min": "reduce_min", "sum": "reduce_sum",
+                 "mean": "reduce_mean", "prod": "reduce_prod", "all": "reduce_all",
+                 "any": "reduce_any", "clip": "clip", "bitwise_and": "logical_and",
+                 "bitwise_or": "logical_or", "invert": "logical_not"}
+
+
+def _numpy_on_tensor(name):
+    import dfc
+    target = _NUMPY_TO_DFC.get(name, name)
+    hint = f"use dfc.{target}(...)" if target in dir(dfc) else "use the dfc functions (dfc.*)"
+    raise DfcTypeError(f"numpy.{name}() was called on a symbolic tensor: numpy runs while tracing, "
+                       f"before the tensor has a value; {hint}, which runs in the graph",
+                       loc=user_location())
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    op = _UFUNC_OPERATORS.get(ufunc.__name__)
+    if op is not None and method == "__call__" and not kwargs:
+        return op(*inputs)
+    _numpy_on_tensor(ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}")
+
+
+def _array_function(self, func, types, args, kwargs):
+    _numpy_on_tensor(func.__name__)
+
+
+Tensor.__array_ufunc__ = _array_ufunc
+Tensor.__array_function__ = _array_function

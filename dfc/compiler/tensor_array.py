@@ -6,7 +6,18 @@ it can be a loop variable or a cond output.
 """
 from dfc.errors import DfcTypeError
 from dfc.ir import dtypes as dt
-from dfc.compiler.tracing import Tensor, convert, current_builder, user_location
+from dfc.compiler.tracing import Tensor, const_array, convert, current_builder, user_location
+
+
+def _weak_fits(have, want):
+    """A weakly typed value of dtype `have` keeps its value as `want` (same kind or wider)."""
+    return have == want or have == "bool" or (have in dt.INTS and want in dt.NUMERIC) or (
+        have in dt.FLOATS and want in dt.FLOATS)
+
+
+def cast(x, dtype):
+    from dfc.compiler.ops_api import cast as _cast
+    return _cast(x, dtype)
 
 
 class _Info:
@@ -48,8 +59,9 @@ class TensorArray:
     def _dfc_unflatten(self, leaves):
         return self._with_flow(leaves[0])
 
-    def _dfc_stack(self):
-        return self.stack()
+    def _dfc_stack(self, axis=0):
+        from dfc.compiler.ops_api import stacked_axis
+        return stacked_axis(self.stack(), axis)
 
     def _attrs(self):
         es = self.info.element_shape
@@ -59,11 +71,28 @@ class TensorArray:
         es = self.info.element_shape
         self.info.element_shape = tuple(shape) if es is None else dt.join_shapes(es, shape)
 
+    def _element(self, value, what):
+        """value as a tensor of the array's dtype. Python numbers and weakly typed tensors (a
+        loop result that started as `s = 0`) take it when their kind allows (int -> float yes,
+        float -> int no); other dtypes must match."""
+        want = self.info.dtype
+        if not isinstance(value, Tensor) and not hasattr(value, "_dfc_tensor"):
+            have = const_array(value).dtype.name
+            if have != want and not _weak_fits(have, want):
+                raise DfcTypeError(f"cannot {what} {value!r} ({have}) into a TensorArray of {want} "
+                                   f"without changing its value; cast it (dfc.cast)",
+                                   loc=user_location())
+            return convert(value, want)
+        value = convert(value)
+        if value.dtype != want:
+            if value.weak and _weak_fits(value.dtype, want):
+                return cast(value, want)
+            raise DfcTypeError(f"cannot {what} {value.dtype} into a TensorArray of {want}; cast it "
+                               f"(dfc.cast)", loc=user_location())
+        return value
+
     def write(self, index, value):
-        value = convert(value, self.info.dtype) if not isinstance(value, Tensor) else value
-        if value.dtype != self.info.dtype:
-            raise DfcTypeError(f"cannot write {value.dtype} into a TensorArray of {self.info.dtype}",
-                               loc=user_location())
+        value = self._element(value, "write")
         if value.shape is not None:
             self._learn(value.shape)
         b = current_builder()
@@ -85,13 +114,13 @@ class TensorArray:
         return current_builder().make1("TensorArrayConcat", (self.handle, self.flow), self._attrs())
 
     def unstack(self, value):
-        value = convert(value, self.info.dtype)
+        value = self._element(value, "unstack")
         if value.shape is not None and value.shape:
             self._learn(value.shape[1:])
         return self._with_flow(current_builder().make1("TensorArrayUnstack", (self.handle, value, self.flow)))
 
     def scatter(self, indices, value):
-        value = convert(value, self.info.dtype)
+        value = self._element(value, "scatter")
         if value.shape is not None and value.shape:
             self._learn(value.shape[1:])
         return self._with_flow(current_builder().make1(

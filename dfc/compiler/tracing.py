@@ -91,11 +91,13 @@ class Builder:
                 return name
 
     def make(self, op, inputs=(), attrs=None, name=None, control=(), ctx="current", out_ctx="same",
-             raw=False):
+             raw=False, ordered=True):
         """Add a node; capture its inputs into the current context; return its output Tensors.
 
         ctx: the control context the node is built in (default: the current one);
-        out_ctx: the context its outputs belong to (differs for Enter/Exit/Switch).
+        out_ctx: the context its outputs belong to (differs for Enter/Exit/Switch);
+        ordered: False keeps a side-effect op (an Assert) out of program order, so it runs
+        only when a node that depends on it runs.
         """
         ctx = self.ctx if ctx == "current" else ctx
         out_ctx = ctx if out_ctx == "same" else out_ctx
@@ -117,7 +119,8 @@ class Builder:
         ctrl = [c for c in control]
         if ctx is not None and not ins and not ctrl:
             ctrl.append(ctx.pivot_name())
-        if op in EFFECT_OPS:
+        ordered = ordered and op in EFFECT_OPS
+        if ordered:
             prev = self.last_effect.get(ctx)
             if prev is None and ctx is not None:
                 prev = ctx.effect_entry()
@@ -127,7 +130,7 @@ class Builder:
         node = Node(name or self.unique(op.lower() if name is None else name), op, refs, attrs,
                     self.devices[-1] if self.devices else None, loc)
         self.graph.add_node(node)
-        if op in EFFECT_OPS:
+        if ordered:
             self.last_effect[ctx] = node.name
             self.effect_count += 1
         outs = [Tensor(self, node.name, i, tt, out_ctx) for i, tt in enumerate(types)]
@@ -213,13 +216,48 @@ class Tensor:
     def __repr__(self):
         return f"<dfc.Tensor {self.ref} {self.ttype!r}>"
 
+    def __str__(self):
+        raise DfcTypeError(
+            f"str() or an f-string of symbolic tensor {self.ref}: its value is known only when the "
+            f"graph runs, so the text would be a placeholder, not the value. Print it when the graph "
+            f"runs with print('...', t) or dfc.print('...', t) (in a dfc.function, print(f'...{{t}}') "
+            f"works too); repr(t) gives the symbolic description", loc=user_location())
+
+    def __format__(self, spec):
+        return self.__str__()
+
     def __bool__(self):
+        if _in_converted_code():
+            raise DfcTypeError(
+                f"the truth value of symbolic tensor {self.ref} is needed here, but it is known only "
+                f"when the graph runs. dfc.function converts `if`, `while`, `and`, `or`, `not` and "
+                f"`x if c else y` on tensors, but not this use (a comparison inside a library call, "
+                f"`x in list`, ...): use dfc.where, dfc.cond, dfc.reduce_any / dfc.reduce_all",
+                loc=user_location())
         raise DfcTypeError(f"the truth value of symbolic tensor {self.ref} is not known while tracing: use "
                            f"dfc.function (which converts `if`/`while` on tensors) or dfc.cond / dfc.while_loop",
                            loc=user_location())
 
+    def __setitem__(self, index, value):
+        raise DfcTypeError(
+            f"symbolic tensor {self.ref} does not support item assignment (t[i] = v): dfc tensors are "
+            f"values, not buffers. Build a new tensor instead, e.g. t = dfc.where(dfc.range(n) == i, v, t) "
+            f"for one element, or collect the values in a list / dfc.TensorArray and dfc.stack them",
+            loc=user_location())
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise DfcAttributeError(
+            f"symbolic tensor {self.ref} has no attribute {name!r}; dfc tensors have .shape, .dtype, "
+            f".ndim, .T, .astype, .reshape and the numpy reductions (.sum, .mean, .max, .min, .prod, "
+            f".any, .all, .argmax, .argmin); for other operations use the dfc functions "
+            f"(dfc.{name}(t) if it exists)", loc=user_location())
+
     def __index__(self):
-        raise DfcTypeError(f"symbolic tensor {self.ref} cannot be used as a Python integer while tracing",
+        raise DfcTypeError(f"symbolic tensor {self.ref} cannot be used as a Python integer while tracing "
+                           f"(a list index, a range() bound or a shape); its value is known only when the "
+                           f"graph runs. To index a Python list with a tensor, stack it: dfc.stack(xs)[i]",
                            loc=user_location())
 
     def __len__(self):
@@ -236,6 +274,20 @@ class Tensor:
         return id(self)
 
     # operators are attached by dfc.compiler.ops_api
+
+
+class DfcAttributeError(DfcTypeError, AttributeError):
+    """A missing attribute of a symbolic tensor (still an AttributeError for hasattr)."""
+
+
+def _in_converted_code():
+    """True if generated (dfc.function) code is on the stack."""
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_filename in SOURCE_MAPS:
+            return True
+        f = f.f_back
+    return False
 
 
 def convert(x, dtype=None, name=None):

@@ -180,14 +180,56 @@ class Graph:
         """name -> list of output TTypes, checking every node's dtype/shape rule."""
         if self._types is not None:
             return self._types
+        # A loop Merge is first typed from its Enter alone (its NextIteration comes later in
+        # topological order); a loop variable whose shape changes is typed again with the join.
+        try:
+            types = self._infer_pass({})
+        except DfcTypeError:       # maybe only because a loop variable grows: widen and retry
+            types = self._infer_pass({}, widen=True)
+        for _ in range(16):
+            if self._merges_settled(types):
+                break
+            types = self._infer_pass(types)
+        for n in self.nodes.values():
+            if n.op == "Merge":
+                dts = set()
+                for ref in n.data_inputs:
+                    src, port, _ = parse_input(ref)
+                    dts.add(types[src][port].dtype)
+                if len(dts) > 1:
+                    raise DfcTypeError(f"Merge inputs have different dtypes {sorted(dts)}", node=n.name,
+                                       loc=n.loc)
+        self._types = types
+        return types
+
+    def _merges_settled(self, types):
+        for n in self.nodes.values():
+            if n.op == "Merge":
+                ins = [types[src][port] for src, port, _ in map(parse_input, n.data_inputs)]
+                try:
+                    joined = opreg.get("Merge").infer(n.attrs, ins)[0]
+                except DfcTypeError:
+                    continue        # inputs of different dtypes: reported below, naming the node
+                if joined != types[n.name][0]:
+                    return False
+        return True
+
+    def _infer_pass(self, before, widen=False):
+        """One pass in topological order; back edges (NextIteration -> Merge) take their type
+        from the previous pass (`before`), or are skipped in the first (`widen`: and the
+        Merge's dimensions are unknown)."""
         types = {}
-        order = self.topo_order()
-        for n in order:
+        for n in self.topo_order():
             opdef = opreg.get(n.op)
             ins = []
+            skipped = False
             for ref in n.data_inputs:
                 src, port, _ = parse_input(ref)
+                if src not in types and src in before:
+                    ins.append(before[src][port])
+                    continue
                 if src not in types:      # a back edge from a NextIteration not typed yet
+                    skipped = True
                     continue
                 if port >= len(types[src]):
                     raise DfcGraphError(f"input {ref!r}: {self.nodes[src].op} has {len(types[src])} outputs",
@@ -199,17 +241,9 @@ class Graph:
                 raise DfcTypeError(e.message, node=n.name, loc=n.loc) from None
             except (KeyError, TypeError, ValueError, IndexError) as e:
                 raise DfcGraphError(f"bad attrs or inputs for {n.op}: {e}", node=n.name, loc=n.loc) from None
+            if skipped and widen and out[0].shape is not None:
+                out = [TType(out[0].dtype, tuple(None for _ in out[0].shape))] + list(out[1:])
             types[n.name] = out
-        for n in self.nodes.values():
-            if n.op == "Merge":
-                dts = set()
-                for ref in n.data_inputs:
-                    src, port, _ = parse_input(ref)
-                    dts.add(types[src][port].dtype)
-                if len(dts) > 1:
-                    raise DfcTypeError(f"Merge inputs have different dtypes {sorted(dts)}", node=n.name,
-                                       loc=n.loc)
-        self._types = types
         return types
 
     def verify(self):

@@ -4,16 +4,21 @@ User functions (and methods, lambdas, callable objects) are converted
 recursively at trace time, cached per code object. Library code (dfc,
 numpy, the standard library, installed packages, builtins) runs as it is,
 except a few builtins that get tensor-aware versions (print, len, range,
-enumerate, zip).
+enumerate, zip, min, max, sum, any, all, abs). A library call that changes a
+Python container from outside a tensor loop being traced is an error (see
+loop_scope); numpy/Python random draws while tracing are warned about.
 """
 import builtins
 import functools
 import inspect
 import os
+import random
 import sysconfig
+import warnings
 
-from dfc.compiler.autograph import core, iterables, tensor_list
-from dfc.compiler.autograph.errors import DfcConversionError
+from dfc.compiler.autograph import core, iterables, loop_scope, origin, py_builtins, strings, \
+    tensor_list
+from dfc.compiler.autograph.errors import DfcConversionError, DfcTraceTimeRandomWarning
 from dfc.compiler.autograph.origin import user_location
 
 _DFC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -22,7 +27,10 @@ _LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) for key in ("stdlib", "platstdl
 
 
 def print_(*values, sep=" ", end="\n", file=None, flush=False):
-    if file is None and any(core.is_tensor(v) for v in values):
+    """print; with a tensor (or an f-string of one) among the values, a dfc.print that prints
+    when the graph runs."""
+    if file is None and any(core.is_tensor(v) or isinstance(v, strings.SymbolicString)
+                            for v in values):
         return core.dfc().print(*values, sep=sep, end=end)
     return builtins.print(*values, sep=sep, end=end, file=file, flush=flush)
 
@@ -42,6 +50,12 @@ _BUILTINS = {
     builtins.enumerate: iterables.enumerate_,
     builtins.zip: iterables.zip_,
     builtins.bool: bool_,
+    builtins.max: py_builtins.max_,
+    builtins.min: py_builtins.min_,
+    builtins.sum: py_builtins.sum_,
+    builtins.any: py_builtins.any_,
+    builtins.all: py_builtins.all_,
+    builtins.abs: py_builtins.abs_,
 }
 
 
@@ -65,11 +79,37 @@ def converted_call(f, args, kwargs=None):
         return special(*args, **kwargs)
     target = _conversion_target(f)
     if target is None:
+        changed = loop_scope.is_mutator(f)
+        if changed is not None:
+            loop_scope.check_mutation(changed, f.__name__)
+        _warn_if_random(f)
         if _is_dfc_stack(f) and args and isinstance(args[0], tensor_list.TensorList):
-            return args[0].stack()
+            return args[0].stack(*args[1:], **kwargs)
         args = tuple(tensor_list.stacked(a) for a in args)
         return f(*args, **kwargs)
     return target(*args, **kwargs)
+
+
+def _warn_if_random(f):
+    """numpy / Python random numbers drawn while tracing are constants of the graph."""
+    owner = getattr(f, "__self__", None)
+    if not isinstance(owner, _random_sources()) or getattr(f, "__name__", "") in _NOT_DRAWS:
+        return
+    module = "random" if isinstance(owner, random.Random) else "numpy.random"
+    filename, lineno = origin.user_frame() or ("<unknown>", 0)
+    warnings.warn_explicit(
+        f"{module} {f.__name__}() called inside a dfc.function runs once, while tracing: the "
+        f"number it draws becomes a constant of the graph, the same on every call. Draw random "
+        f"numbers when the graph runs with dfc.random_uniform(shape, minval, maxval) or "
+        f"dfc.random_normal(shape, mean, stddev)", DfcTraceTimeRandomWarning, filename, lineno)
+
+
+_NOT_DRAWS = {"seed", "get_state", "set_state", "getstate", "setstate", "spawn", "bit_generator"}
+
+
+def _random_sources():
+    import numpy as np
+    return (random.Random, np.random.RandomState, np.random.Generator)
 
 
 def _hashable(f):

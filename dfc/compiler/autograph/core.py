@@ -56,5 +56,18 @@ def current_builder():
 
 
 def trace(fn, args, kwargs, name):
+    """tracing.trace; a Python error raised by the user's code gets a note naming the user's
+    file:line (its traceback shows the converted code)."""
     from dfc.compiler import tracing
-    return tracing.trace(fn, tuple(args), kwargs, name=name)
+    from dfc.compiler.autograph import origin
+    from dfc.errors import DfcError
+    try:
+        return tracing.trace(fn, tuple(args), kwargs, name=name)
+    except DfcError:
+        raise
+    except Exception as e:
+        where = origin.traceback_origin(e.__traceback__)
+        if where is not None:
+            e.add_note(f"dfc: raised while tracing dfc.function {name}, at {where[0]}:{where[1]} "
+                       f"(the lines above marked <dfc:...> are its converted code)")
+        raise

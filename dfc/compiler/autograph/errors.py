@@ -14,6 +14,10 @@ class DfcUnsupportedSyntaxError(DfcConversionError):
     """Syntax dfc.function cannot convert (yield, try around control flow, ...)."""
 
 
+class DfcTraceTimeRandomWarning(UserWarning):
+    """numpy/Python random numbers drawn while tracing: constants of the graph."""
+
+
 # Names the converter invents, and how to call them in messages.
 INTERNAL_NAMES = {
     "retval_": "the return value",

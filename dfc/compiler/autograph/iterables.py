@@ -5,8 +5,13 @@ into a dfc.while_loop over a counter i < length.
 """
 import builtins
 
+import numpy as np
+
 from dfc.compiler.autograph import core
+from dfc.compiler.autograph.errors import DfcConversionError
+from dfc.compiler.autograph.origin import user_location
 from dfc.compiler.autograph.tensor_list import TensorList
+from dfc.errors import DfcTypeError
 
 
 class TensorRange:
@@ -103,8 +108,23 @@ def _minimum(a, b):
 def range_(*args):
     if not any(core.is_tensor(a) for a in args):
         return builtins.range(*args)
+    if not 1 <= len(args) <= 3:
+        raise DfcTypeError(f"range expected 1 to 3 arguments, got {len(args)}", loc=user_location())
+    for a in args:
+        if not _is_integer(a):
+            what = f"a {a.dtype} tensor" if core.is_tensor(a) else f"a {type(a).__name__}"
+            raise DfcTypeError(
+                f"range() needs integers but got {what} (Python raises TypeError here); cast it "
+                f"with dfc.cast(x, 'int32'), or use dfc.range(start, limit, delta) for a range "
+                f"of floats", loc=user_location())
     start, limit, delta = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
     return TensorRange(start, limit, delta)
+
+
+def _is_integer(x):
+    if core.is_tensor(x):
+        return x.dtype in ("int32", "int64", "bool")
+    return isinstance(x, (int, np.integer, np.bool_)) or hasattr(x, "__index__")
 
 
 def enumerate_(iterable, start=0):
@@ -124,9 +144,9 @@ def len_(x):
         if x.shape and x.shape[0] is not None:
             return x.shape[0]
         if not x.shape:
-            from dfc.compiler.autograph.errors import DfcConversionError
-            from dfc.compiler.autograph.origin import user_location
-            raise DfcConversionError("len() of a 0-d tensor", loc=user_location())
+            raise DfcConversionError("len() of a 0-d tensor (Python raises TypeError: it has no "
+                                     "length); use dfc.size(x) or dfc.shape(x)",
+                                     loc=user_location())
         return core.dfc().shape(x)[0]
     if core.is_tensor_array(x):
         return x.size()

@@ -1,12 +1,13 @@
 """while_stmt and for_stmt: Python loops on Python values, dfc.while_loop on tensors."""
 import warnings
 
-from dfc.compiler.autograph import core, iterables, state
+from dfc.compiler.autograph import core, iterables, loop_scope, state
 from dfc.compiler.autograph.conditionals import tensor_if
 from dfc.compiler.autograph.errors import DfcLoopVariableError, describe
 from dfc.compiler.autograph.origin import generated_caller_location
 from dfc.compiler.autograph.rollback import Mark
-from dfc.compiler.autograph.tensor_list import ElementTypeNeeded, TensorList
+from dfc.compiler.autograph.state import VarPlan
+from dfc.compiler.autograph.tensor_list import ListNeeds, TensorList
 
 UNROLL_WARNING = 10000
 
@@ -97,60 +98,134 @@ def _tensor_for(iteration, extra_test, body, get_state, set_state, names, opts, 
         body(iteration.get(i))
         box[0] = i + 1
 
-    return tensor_while(test, loop_body, get, set_, ("<iteration counter>",) + tuple(names),
-                        opts, loc)
+    return tensor_while(test, loop_body, get, set_, (COUNTER,) + tuple(names), opts, loc,
+                        counted=True, user_fns=(body, extra_test))
 
 
-def tensor_while(test, body, get_state, set_state, names, opts, loc):
-    init = list(get_state())
+COUNTER = "<iteration counter>"
+
+
+def _with_counter(test, body, get_state, set_state, names):
+    """The loop with an iteration counter as its first variable (starting at 0)."""
+    box = [None]
+
+    def get():
+        return (box[0],) + tuple(get_state())
+
+    def set_(values):
+        box[0] = values[0]
+        set_state(tuple(values[1:]))
+
+    def loop_body():
+        body()
+        box[0] = box[0] + 1
+
+    return test, loop_body, get, set_, (COUNTER,) + tuple(names)
+
+
+class _Loop:
+    """What tensor_while builds: the functions of a loop and the values it starts from."""
+
+    def __init__(self, test, body, get_state, set_state, names, original, counted, user_fns):
+        self.test, self.body, self.get_state, self.set_state = test, body, get_state, set_state
+        self.names, self.counted, self.user_fns = tuple(names), counted, user_fns
+        self.original = list(original)      # the values before the loop, as the program has them
+        self.init = list(original)          # the values the graph loop starts from
+        self.created = set()                # indices of variables first set inside the loop
+
+    def add_counter(self):
+        """Count iterations (a first loop variable): a loop needs one, and so does the check
+        of variables first set inside the loop."""
+        zero = core.dfc().constant(0, dtype="int64")
+        self.test, self.body, self.get_state, self.set_state, self.names = _with_counter(
+            self.test, self.body, self.get_state, self.set_state, self.names)
+        self.original.insert(0, zero)
+        self.init.insert(0, zero)
+        self.created = {i + 1 for i in self.created}
+        self.counted = True
+
+
+def tensor_while(test, body, get_state, set_state, names, opts, loc, counted=False,
+                 user_fns=None):
+    """A dfc.while_loop over `names`. `counted`: names[0] is an iteration counter from 0."""
+    loop = _Loop(test, body, get_state, set_state, names, get_state(), counted,
+                 user_fns or (test, body))
     lists = set((opts or {}).get("lists", ()))
-    for i, name in enumerate(names):
-        if name in lists and isinstance(init[i], list):
-            init[i] = TensorList.from_list(init[i])
+    for i, name in enumerate(loop.names):
+        if name in lists and isinstance(loop.init[i], list):
+            loop.init[i] = TensorList.from_list(loop.init[i])
+    if not loop.counted and not state.dynamic_values(state.plans_for(loop.names, loop.init)):
+        loop.add_counter()    # a loop of side effects only: `while v.read_value() < n: ...`
     while True:
         mark = Mark()
         try:
-            plans, outputs = _build_loop(test, body, get_state, set_state, names, init, loc)
+            keys = [v.key for v in loop.init if isinstance(v, TensorList)]
+            with loop_scope.LoopScope(loop.user_fns, keys, loc):
+                plans, outputs = _build_loop(loop, loc)
             break
         except state.Replan as replan:
             mark.rollback()
             for i, plan in enumerate(replan.plans):
                 if plan.placeholder is not None:
-                    init[i] = state.placeholder_from_spec(plan.placeholder)
-        except ElementTypeNeeded as need:
-            owned = [i for i, v in enumerate(init)
-                     if getattr(v, "key", None) is need.tensor_list.key]
+                    loop.init[i] = state.placeholder_from_spec(plan.placeholder)
+            if loop.created and not loop.counted:
+                loop.add_counter()
+        except ListNeeds as need:
             mark.rollback()
-            if not owned:
-                raise
-            for i in owned:
-                init[i] = TensorList.from_list(need.tensor_list.items or [], need.dtype,
-                                               need.shape)
-    set_state(state.rebuild(plans, outputs))
+            _rebuild_list(loop, need)
+    if loop.created:
+        outputs = _guard_created(plans, outputs, loop.created, loc)
+    loop.set_state(state.rebuild(plans, outputs))
 
 
-def _build_loop(test, body, get_state, set_state, names, init, loc):
+def _rebuild_list(loop, need):
+    """Start the list the loop carries again, with the element type / form the body needs."""
+    owned = [i for i, v in enumerate(loop.init)
+             if getattr(v, "key", None) is need.tensor_list.key]
+    if not owned or any(isinstance(loop.original[i], TensorList)
+                        and loop_scope.carries(loop.original[i]) for i in owned):
+        raise need       # carried by an enclosing loop: that one starts it again
+    for i in owned:
+        old, original = loop.init[i], loop.original[i]
+        dtype = need.dtype if need.dtype is not None else (
+            old.dtype if old.items is None else None)
+        shape = need.shape if need.dtype is not None else old.element_shape
+        dense = need.dense or old.dense
+        if isinstance(original, TensorList) and original.typed:   # made by an earlier loop
+            loop.init[i] = original.densified(dtype)
+        else:
+            items = (original.items or []) if isinstance(original, TensorList) else original
+            loop.init[i] = TensorList.from_list(items, dtype, shape, dense=dense)
+
+
+def _build_loop(loop, loc):
     dfc = core.dfc()
-    plans = state.plans_for(names, init)
+    names, set_state = loop.names, loop.set_state
+    plans = state.plans_for(names, loop.init)
 
     def enter(leaves):
         set_state(state.rebuild(plans, leaves))
 
     def cond_fn(*leaves):
         enter(leaves)
-        go_on = test()
+        go_on = loop.test()
         if not core.is_tensor(go_on):
             go_on = dfc.constant(bool(go_on))
         return go_on
 
     def body_fn(*leaves):
         enter(leaves)
-        body()
-        values = list(get_state())
+        loop.body()
+        values = list(loop.get_state())
         after = state.plans_for(names, values)
         replan = False
         for i, (before, now) in enumerate(zip(plans, after)):
-            merged = state.check_compatible(before, now, loc, "loop")
+            if _first_set_in_loop(before, now):
+                merged = VarPlan(now.name, now.value)
+                merged.placeholder = state.placeholder_spec(now.value)
+                loop.created.add(i)
+            else:
+                merged = state.check_compatible(before, now, loc, "loop")
             if merged.placeholder is not None:
                 plans[i] = merged
                 replan = True
@@ -164,6 +239,33 @@ def _build_loop(test, body, get_state, set_state, names, init, loc):
     if not isinstance(outputs, (tuple, list)):
         outputs = (outputs,)
     return plans, tuple(outputs)
+
+
+def _first_set_in_loop(before, now):
+    """A variable with no value before the loop that the body sets to tensors or numbers
+    (valid in Python when the loop runs at least once; checked at run time)."""
+    return (before.undefined and not before.is_return_value and not now.undefined
+            and now.kinds and all(k == state.DYN for k in now.kinds))
+
+
+def _guard_created(plans, outputs, created, loc):
+    """Outputs of variables first set in the loop, checked when used: the loop ran at least once."""
+    dfc = core.dfc()
+    from dfc.compiler.ops_api import checked_when_used
+    ran = dfc.greater(outputs[0], 0)
+    out, k = list(outputs), 0
+    for i, plan in enumerate(plans):
+        n = len(plan.dynamic())
+        if i in created:
+            name = describe(plan.name)
+            message = (f"{name} is used after the tensor loop at {loc}, but the loop ran zero "
+                       f"times, so {name} was never set (it is first set inside the loop); give "
+                       f"{name} a value before the loop")
+            for j in range(k, k + n):
+                if core.is_tensor(out[j]):
+                    out[j] = checked_when_used(out[j], ran, message)
+        k += n
+    return tuple(out)
 
 
 def _check_dtypes(before, after, loc):

@@ -1,5 +1,7 @@
-"""Small runtime helpers: assert, list append, loads of attributes that may be missing."""
-from dfc.compiler.autograph import core
+"""Small runtime helpers: assert, in-place changes of containers, loads that may be missing."""
+from dfc.compiler.autograph import core, loop_scope
+from dfc.compiler.autograph.origin import user_location
+from dfc.errors import DfcTypeError
 from dfc.compiler.autograph.special_values import Undefined
 from dfc.compiler.autograph.tensor_list import TensorList
 
@@ -24,9 +26,71 @@ def assert_stmt(test, message_fn):
 def list_append(target, value):
     """`target.append(value)` that also works on lists carried through tensor loops."""
     if isinstance(target, TensorList):
-        return target.append(value)
+        return target.appended(value)
+    loop_scope.check_mutation(target, "append")
     target.append(value)
     return target
+
+
+def list_extend(target, values):
+    """`target.extend(values)`."""
+    if isinstance(target, TensorList):
+        return target.extended(values)
+    loop_scope.check_mutation(target, "extend")
+    target.extend(values)
+    return target
+
+
+def list_pop(target, *index):
+    """`(target, target.pop(*index))`."""
+    if isinstance(target, TensorList):
+        return target.popped(*index)
+    loop_scope.check_mutation(target, "pop")
+    value = target.pop(*index)
+    return target, value
+
+
+def setitem(target, index, value):
+    """`target[index] = value`; a tensor index into a Python list selects with dfc.where."""
+    if isinstance(target, TensorList):
+        return target.with_item(index, value)
+    loop_scope.check_mutation(target, "__setitem__")
+    if isinstance(target, list) and core.is_tensor(index):
+        return _select_assign(target, index, value)
+    target[index] = value
+    return target
+
+
+def delitem(target, index):
+    """`del target[index]`."""
+    if isinstance(target, TensorList):
+        return target.without_item(index)
+    loop_scope.check_mutation(target, "__delitem__")
+    del target[index]
+    return target
+
+
+def _select_assign(items, index, value):
+    """`items[index] = value` for a tensor index: every element becomes where(index == k, value, it)."""
+    dfc = core.dfc()
+    if index.dtype not in ("int32", "int64") or index.shape not in ((), None):
+        raise DfcTypeError(f"list indices must be integer scalars, not {index.dtype} tensors of "
+                           f"shape {index.shape}", loc=user_location())
+    n = len(items)
+    dfc.Assert(dfc.logical_and(index >= -n, index < n),
+               message="IndexError: list assignment index out of range")
+    index = dfc.where(index < 0, index + n, index)
+    out = []
+    for k, item in enumerate(items):
+        new = dfc.where(dfc.equal(index, k), value, item)
+        if core.is_tensor(item) and (new.dtype, new.shape) != (item.dtype, item.shape):
+            raise DfcTypeError(f"xs[i] = value with a tensor index i: value is {new.dtype} "
+                               f"{new.shape} but element {k} is {item.dtype} {item.shape}; with a "
+                               f"tensor index every element must keep its dtype and shape",
+                               loc=user_location())
+        out.append(new)
+    items[:] = out
+    return items
 
 
 def ld_or_undefined(load, label):

@@ -104,18 +104,34 @@ def map_frame(filename, lineno):
 
 def user_location(skip_dfc=True):
     """The innermost user (or generated, mapped) frame on the stack as 'file.py:N'."""
-    frame = sys._getframe(1)
+    return format_loc(user_frame(skip_dfc, sys._getframe(1)))
+
+
+def user_frame(skip_dfc=True, frame=None):
+    """(file, line) of the innermost user (or generated, mapped) frame on the stack."""
+    frame = frame or sys._getframe(1)
     dfc_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     while frame is not None:
         code = frame.f_code
         mapped = map_frame(code.co_filename, frame.f_lineno)
         if mapped is not None:
-            return format_loc(mapped)
+            return mapped
         fname = code.co_filename
         if not (skip_dfc and os.path.abspath(fname).startswith(dfc_dir + os.sep)) and not fname.startswith("<"):
-            return format_loc((fname, frame.f_lineno))
+            return (fname, frame.f_lineno)
         frame = frame.f_back
     return None
+
+
+def traceback_origin(tb):
+    """(file, line) of the innermost frame of a traceback in generated code, mapped back."""
+    found = None
+    while tb is not None:
+        mapped = map_frame(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        if mapped is not None:
+            found = mapped
+        tb = tb.tb_next
+    return found
 
 
 def generated_caller_location(depth=2):

@@ -4,6 +4,11 @@ converted_call decides at trace time whether f is user code to convert
 (recursively, cached) or library code to call as-is. Zero-argument
 `super()` is rewritten to `super(__class__, self)` since the converted
 function has no implicit class cell.
+
+An f-string is a call of format() per field; it becomes
+`ag__.format_string("text", ag__.format_value(x, conversion, spec), ...)`,
+which is Python's f-string unless a field is a symbolic tensor (see
+dfc.compiler.autograph.strings).
 """
 import gast
 
@@ -47,4 +52,19 @@ class CallTrees(Converter):
             kwargs = templates.const(None)
         new = templates.replace_as_expression("ag__.converted_call(func, args, kwargs)",
                                               func=func, args=args, kwargs=kwargs)
+        return self.mark(new, node)
+
+    def visit_JoinedStr(self, node):
+        self.generic_visit(node)
+        parts = []
+        for value in node.values:
+            if isinstance(value, gast.FormattedValue):
+                spec = value.format_spec if value.format_spec is not None else templates.const("")
+                parts.append(templates.replace_as_expression(
+                    "ag__.format_value(value, conversion, spec)", value=value.value,
+                    conversion=templates.const(value.conversion), spec=spec))
+            else:
+                parts.append(value)
+        new = templates.replace_as_expression("ag__.format_string(*parts)",
+                                              parts=gast.Tuple(elts=parts, ctx=gast.Load()))
         return self.mark(new, node)
