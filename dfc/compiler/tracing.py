@@ -79,6 +79,7 @@ class Builder:
         self.effect_count = 0
         self.variables = {}
         self.tensors = {}         # node name -> its output Tensors (with their contexts); read by autodiff
+        self.maybe_unset = {}     # id(tensor) -> (tensor, its "is set" flag); see autograph/unset.py
 
     def unique(self, base):
         base = base.replace(":", "_").replace("^", "_") or "node"

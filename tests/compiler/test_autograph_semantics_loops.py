@@ -392,6 +392,24 @@ def test_variable_first_set_in_a_loop_that_runs_zero_times():
     expect(DfcAssertionError, f, (i32(0),), "# MARK", "'last'", "zero times")
 
 
+def test_variable_first_set_in_an_inner_loop(all_modes):
+    def f(n, m):
+        i = 0
+        s = 0
+        while i < n:
+            j = 0
+            while j < m - i:  # MARK
+                last = j * 10 + i
+                j += 1
+            s += last       # valid while some earlier inner loop has set `last`
+            i += 1
+        return s
+    same_as_python(f, (i32(3), i32(2)), (i32(4), i32(3)), all_modes=all_modes)
+    with pytest.raises(NameError):
+        f(3, 0)
+    expect(DfcAssertionError, f, (i32(3), i32(0)), "# MARK", "'last'", "zero times")
+
+
 def test_for_target_and_body_variables_after_a_tensor_for():
     def f(x):
         for i in range(x.shape[0] - 1, dfc.shape(x)[0] if isinstance(x, dfc.Tensor) else len(x)):

@@ -83,9 +83,14 @@ def check_mutation(obj, method):
     if scope is None:
         return
     kind = type(obj).__name__
-    if isinstance(obj, list):
-        advice = ("append to, extend or pop a list held in a local variable of the function "
-                  "(it is carried through the loop as tensors), or use dfc.TensorArray")
+    if isinstance(obj, list) and method in ("append", "extend", "pop", "__setitem__",
+                                            "__delitem__"):
+        advice = ("change a list held in a local variable of the dfc.function (append, extend, "
+                  "pop, xs[i] = v and del xs[i] carry it through the loop as tensors), or use "
+                  "dfc.TensorArray")
+    elif isinstance(obj, list):
+        advice = ("use append, extend, pop, xs[i] = v or del xs[i] on a list held in a local "
+                  "variable (they carry it through the loop as tensors), or dfc.TensorArray")
     else:
         advice = (f"a {kind} cannot change once per iteration of a graph loop: keep the values "
                   f"in tensors (a dfc.TensorArray, or a tensor updated with dfc.where), or move "

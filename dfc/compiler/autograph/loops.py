@@ -1,7 +1,7 @@
 """while_stmt and for_stmt: Python loops on Python values, dfc.while_loop on tensors."""
 import warnings
 
-from dfc.compiler.autograph import core, iterables, loop_scope, state
+from dfc.compiler.autograph import core, iterables, loop_scope, state, unset
 from dfc.compiler.autograph.conditionals import tensor_if
 from dfc.compiler.autograph.errors import DfcLoopVariableError, describe
 from dfc.compiler.autograph.origin import generated_caller_location
@@ -132,17 +132,24 @@ class _Loop:
         self.original = list(original)      # the values before the loop, as the program has them
         self.init = list(original)          # the values the graph loop starts from
         self.created = set()                # indices of variables first set inside the loop
+        self.flags = {}     # index of a variable that may have no value -> its "is set" flag's
 
     def add_counter(self):
-        """Count iterations (a first loop variable): a loop needs one, and so does the check
-        of variables first set inside the loop."""
+        """An iteration counter as first variable: a loop needs at least one variable."""
         zero = core.dfc().constant(0, dtype="int64")
         self.test, self.body, self.get_state, self.set_state, self.names = _with_counter(
             self.test, self.body, self.get_state, self.set_state, self.names)
         self.original.insert(0, zero)
         self.init.insert(0, zero)
-        self.created = {i + 1 for i in self.created}
         self.counted = True
+
+    def add_flag(self, index, init):
+        """Carry the "is set" flag of variable `index` (see unset.py), starting at `init`."""
+        self.flags[index] = len(self.names)
+        self.names += (f"<{self.names[index]} is set>",)
+        self.original.append(init)
+        self.init.append(init)
+        self.get_state, self.set_state = unset.with_flag(self.get_state, self.set_state, index)
 
 
 def tensor_while(test, body, get_state, set_state, names, opts, loc, counted=False,
@@ -154,6 +161,10 @@ def tensor_while(test, body, get_state, set_state, names, opts, loc, counted=Fal
     for i, name in enumerate(loop.names):
         if name in lists and isinstance(loop.init[i], list):
             loop.init[i] = TensorList.from_list(loop.init[i])
+    for i, value in enumerate(list(loop.init)):
+        flag = unset.registered_flag(value)       # set in an enclosing loop that may not have run
+        if flag is not None:
+            loop.add_flag(i, flag)
     if not loop.counted and not state.dynamic_values(state.plans_for(loop.names, loop.init)):
         loop.add_counter()    # a loop of side effects only: `while v.read_value() < n: ...`
     while True:
@@ -168,14 +179,15 @@ def tensor_while(test, body, get_state, set_state, names, opts, loc, counted=Fal
             for i, plan in enumerate(replan.plans):
                 if plan.placeholder is not None:
                     loop.init[i] = state.placeholder_from_spec(plan.placeholder)
-            if loop.created and not loop.counted:
-                loop.add_counter()
+            for i in sorted(loop.created - set(loop.flags)):
+                loop.add_flag(i, core.dfc().constant(False))
         except ListNeeds as need:
             mark.rollback()
             _rebuild_list(loop, need)
-    if loop.created:
-        outputs = _guard_created(plans, outputs, loop.created, loc)
-    loop.set_state(state.rebuild(plans, outputs))
+    values = list(state.rebuild(plans, outputs))
+    for i, k in loop.flags.items():
+        values[i] = unset.guarded(values[i], values[k], describe(loop.names[i]), loc)
+    loop.set_state(tuple(values))
 
 
 def _rebuild_list(loop, need):
@@ -243,29 +255,9 @@ def _build_loop(loop, loc):
 
 def _first_set_in_loop(before, now):
     """A variable with no value before the loop that the body sets to tensors or numbers
-    (valid in Python when the loop runs at least once; checked at run time)."""
+    (valid in Python when the loop runs at least once; checked at run time, see unset.py)."""
     return (before.undefined and not before.is_return_value and not now.undefined
             and now.kinds and all(k == state.DYN for k in now.kinds))
-
-
-def _guard_created(plans, outputs, created, loc):
-    """Outputs of variables first set in the loop, checked when used: the loop ran at least once."""
-    dfc = core.dfc()
-    from dfc.compiler.ops_api import checked_when_used
-    ran = dfc.greater(outputs[0], 0)
-    out, k = list(outputs), 0
-    for i, plan in enumerate(plans):
-        n = len(plan.dynamic())
-        if i in created:
-            name = describe(plan.name)
-            message = (f"{name} is used after the tensor loop at {loc}, but the loop ran zero "
-                       f"times, so {name} was never set (it is first set inside the loop); give "
-                       f"{name} a value before the loop")
-            for j in range(k, k + n):
-                if core.is_tensor(out[j]):
-                    out[j] = checked_when_used(out[j], ran, message)
-        k += n
-    return tuple(out)
 
 
 def _check_dtypes(before, after, loc):

@@ -31,8 +31,6 @@ class ListNeeds(Exception):
         self.tensor_list, self.dtype, self.shape, self.dense = tensor_list, dtype, shape, dense
 
 
-ElementTypeNeeded = ListNeeds
-
 
 class TensorList:
     def __init__(self, ta, dtype=None, element_shape=None, items=None, key=None, dense=False):
@@ -323,8 +321,12 @@ def _as_element(value, dtype):
 def _dense_items(items, dtype, element_shape):
     dfc = core.dfc()
     if not items:
-        shape = [0] + [d if d is not None else 0 for d in (element_shape or ())]
-        return dfc.zeros(shape, dtype)
+        if element_shape is None or None in element_shape:
+            raise DfcConversionError(
+                f"a list that is empty before a tensor loop and is popped, assigned to or deleted "
+                f"from in it needs elements of a known shape (they are {element_shape}); give it a "
+                f"first element before the loop, or use dfc.TensorArray", loc=user_location())
+        return dfc.zeros([0] + list(element_shape), dtype)
     return dfc.stack([_as_element(v, dtype) for v in items])
 
 
