@@ -16,7 +16,7 @@ from dfc.compiler.autograph import function
 from dfc.compiler.autograph.errors import DfcTraceTimeRandomWarning
 from dfc.errors import DfcAssertionError, DfcConversionError, DfcTypeError
 
-f32, i32, i64 = np.float32, np.int32, np.int64
+f32, i32 = np.float32, np.int32
 
 
 # ------------------------------------------------------------------ helpers
@@ -113,6 +113,27 @@ def test_list_that_starts_empty_pushed_and_popped():
             i += 1
         return st[0], st[-1], len(st)
     same_as_python(f, (i32(3),), (i32(1),))
+
+
+def test_gradient_through_a_list_popped_in_a_tensor_loop():
+    def f(x, n):
+        xs = [x]
+        i = 0
+        while i < n:
+            xs.append(xs[-1] * 2.0)
+            if i % 2 == 1:
+                xs.pop(0)
+            last = xs[-1] * x
+            i += 1
+        return last + sum(xs) if isinstance(x, float) else last + dfc.reduce_sum(dfc.stack(xs))
+
+    def value_and_grad(x, n):
+        y = f(x, n)
+        return y, dfc.gradients(y, x)
+    y, g = function(value_and_grad)(np.float64(1.5), i32(4))
+    eps = 1e-6
+    assert y == f(1.5, 4)
+    np.testing.assert_allclose(g, (f(1.5 + eps, 4) - f(1.5 - eps, 4)) / (2 * eps), rtol=1e-6)
 
 
 def test_pop_from_an_empty_list_fails_at_run_time():

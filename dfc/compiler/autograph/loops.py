@@ -193,7 +193,7 @@ def tensor_while(test, body, get_state, set_state, names, opts, loc, counted=Fal
 def _rebuild_list(loop, need):
     """Start the list the loop carries again, with the element type / form the body needs."""
     owned = [i for i, v in enumerate(loop.init)
-             if getattr(v, "key", None) is need.tensor_list.key]
+             if isinstance(v, TensorList) and v.key is need.tensor_list.key]
     if not owned or any(isinstance(loop.original[i], TensorList)
                         and loop_scope.carries(loop.original[i]) for i in owned):
         raise need       # carried by an enclosing loop: that one starts it again
