@@ -136,6 +136,33 @@ def test_gradient_through_a_list_popped_in_a_tensor_loop():
     np.testing.assert_allclose(g, (f(1.5 + eps, 4) - f(1.5 - eps, 4)) / (2 * eps), rtol=1e-6)
 
 
+def test_pop_after_the_loop_that_built_the_list():
+    def f(n):
+        total = 0
+        for k in range(n):
+            xs = []
+            for i in range(k + 1):
+                xs.append(i * 3)
+            total += xs.pop()
+        ys = []
+        for i in range(n):
+            ys.append(i)
+        return total, ys.pop(), ys.pop(0), len(ys), stack(ys)
+    same_as_python(f, (i32(4),))
+
+
+def test_pop_in_a_tensor_if_of_a_list_the_loop_only_appended_to_is_an_error():
+    def f(n):
+        xs = []
+        for i in range(n):
+            xs.append(i)
+        v = 0
+        if n > 2:
+            v = xs.pop()  # MARK
+        return v
+    expect(DfcConversionError, f, (i32(4),), "# MARK", "dfc.stack(xs)")
+
+
 def test_pop_from_an_empty_list_fails_at_run_time():
     def f(n):
         st = [1, 2]

@@ -269,8 +269,13 @@ class TensorList:
             return self.ta
         if loop_scope.carries(self):
             raise ListNeeds(self, None, None, dense=True)
-        self.ta = self.ta.stack()     # not a loop variable here: switch form in place
-        return self.ta
+        if self.ta.flow.ctx is not core.current_builder().ctx:
+            # in a tensor `if`: the other branch would keep the appended-to form
+            raise DfcConversionError(
+                f"cannot {what} a list inside a tensor `if` when the tensor loop that built it only "
+                f"appended to it; do it in the loop, or stack the list first (dfc.stack(xs)) and "
+                f"slice the tensor", loc=user_location())
+        return self.ta.stack()     # not a loop variable here: the changed list is dense
 
     def _checked_index(self, index, n, message):
         """index in [0, n) as a (tensor) int; an in-graph check with Python's message."""
