@@ -29,8 +29,11 @@ _LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) for key in ("stdlib", "platstdl
 def print_(*values, sep=" ", end="\n", file=None, flush=False):
     """print; with a tensor (or an f-string of one) among the values, a dfc.print that prints
     when the graph runs."""
-    if file is None and any(core.is_tensor(v) or isinstance(v, strings.SymbolicString)
-                            for v in values):
+    if any(core.is_tensor(v) or isinstance(v, strings.SymbolicString) for v in values):
+        if file is not None:
+            raise DfcConversionError("print(..., file=...) of a symbolic tensor: graph printing "
+                                     "(dfc.print) writes to standard output only",
+                                     loc=user_location())
         return core.dfc().print(*values, sep=sep, end=end)
     return builtins.print(*values, sep=sep, end=end, file=file, flush=flush)
 
