@@ -635,3 +635,15 @@ def test_python_error_while_tracing_names_the_user_line():
         function(f)(f32(1.0))
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert f"{__file__}:{line_of(f, '# MARK')}" in notes
+
+
+def test_side_effects_in_a_tensor_while_test_run_once_per_evaluation(capsys):
+    @dfc.function
+    def f(n):
+        i = 0
+        while dfc.print("test", i) is None and i < n:
+            i += 1
+        return i
+
+    assert int(f(np.int64(2))) == 2
+    assert capsys.readouterr().out.split("\n")[:-1] == ["test 0", "test 1", "test 2"]   # as in Python

@@ -20,17 +20,18 @@ def while_stmt(test, body, get_state, set_state, names, opts=None):
     dfc.while_loop over the variables `names`.
     """
     loc = generated_caller_location()
-    cond = test()
     count = 0
     while True:
+        mark = Mark()
+        cond = test()
         if core.is_tensor(cond):
+            mark.rollback()       # the loop evaluates the test again in its cond: its effects run once
             return tensor_while(test, body, get_state, set_state, names, opts, loc)
         if not cond:
             return
         body()
         count += 1
         _warn_unrolled(count, loc)
-        cond = test()
 
 
 def for_stmt(iter_, extra_test, body, get_state, set_state, names, opts=None):
