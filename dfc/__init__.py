@@ -6,7 +6,7 @@ Re-exports are lazy (module __getattr__) so that `import dfc` is cheap and
 import importlib
 
 from dfc.errors import (DfcError, DfcGraphError, DfcTypeError, DfcConversionError, DfcRuntimeError,  # noqa: F401
-                        DfcAssertionError, DfcDeadlockError, DfcInputError, DfcOutOfMemory)
+                        DfcAssertionError, DfcDeadlockError, DfcInputError, DfcOutOfMemory, DfcIndexError)
 
 __version__ = "0.1.0"
 
@@ -36,6 +36,7 @@ _LAZY.update({
     "train": ("dfc.compiler.train", None),
     "nest": ("dfc.nest", None),
     "containers": ("dfc.runtime.containers", None),
+    "DfcTraceTimeRandomWarning": ("dfc.compiler.autograph.errors", "DfcTraceTimeRandomWarning"),
     "Checkpoint": ("dfc.compiler.checkpoint", "Checkpoint"),
 })
 # numpy-style aliases
