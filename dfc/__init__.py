@@ -21,7 +21,7 @@ _OPS = ("constant add subtract multiply divide floordiv mod pow maximum minimum 
 _LAZY = {name: ("dfc.compiler.ops_api", name) for name in _OPS}
 _LAZY.update({
     "Graph": ("dfc.ir.graph", "Graph"), "Node": ("dfc.ir.graph", "Node"),
-    "save": ("dfc.ir.serialize", "save"), "load": ("dfc.ir.serialize", "load"),
+    "save": ("dfc.ir.serialize", "save"), "load": ("dfc.ir.serialize", "load"), "loads": ("dfc.ir.serialize", "loads"),
     "Session": ("dfc.runtime.session", "Session"),
     "Tensor": ("dfc.compiler.tracing", "Tensor"), "TensorSpec": ("dfc.compiler.tracing", "TensorSpec"),
     "trace": ("dfc.compiler.api", "trace"), "device": ("dfc.compiler.api", "device"),

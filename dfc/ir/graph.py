@@ -18,11 +18,11 @@ def parse_input(ref):
     if ref.startswith("^"):
         return ref[1:], -1, True
     name, sep, port = ref.rpartition(":")
-    if not sep:
+    if not sep or not (port.isascii() and port.isdigit()):    # int() would also take "-1", " 1", "1_0"
         return ref, 0, False
     try:
         return name, int(port), False
-    except ValueError:
+    except ValueError:     # more digits than int() converts
         return ref, 0, False
 
 
@@ -74,6 +74,17 @@ class Graph:
         """Drop every node created after the first `count` (rollback of a retrace)."""
         for name in list(self.nodes)[count:]:
             del self.nodes[name]
+        self._types = None
+
+    def set_input(self, node_name, index, ref):
+        """Rewire input `index` of node `node_name` to `ref` (a loop's back edge, an edge moved
+        onto a Recv); cached types are recomputed on the next infer_types()."""
+        self.node(node_name).inputs[index] = ref
+        self._types = None
+
+    def add_control_input(self, node_name, src):
+        """Make node `node_name` also wait for node `src` (a control input '^src')."""
+        self.node(node_name).inputs.append("^" + src)
         self._types = None
 
     def node(self, name):
@@ -237,17 +248,23 @@ class Graph:
                 ins.append(types[src][port])
             try:
                 out = opdef.infer(n.attrs, ins)
-            except DfcTypeError as e:
-                raise DfcTypeError(e.message, node=n.name, loc=n.loc) from None
-            except (KeyError, TypeError, ValueError, IndexError) as e:
-                raise DfcGraphError(f"bad attrs or inputs for {n.op}: {e}", node=n.name, loc=n.loc) from None
+            except (DfcTypeError, DfcGraphError) as e:
+                raise type(e)(e.message, node=n.name, loc=n.loc) from None
+            except Exception as e:   # noqa: BLE001 — a loaded graph's attrs can break a rule any way
+                raise DfcGraphError(f"bad attrs or inputs for {n.op}: {type(e).__name__}: {e}", node=n.name,
+                                    loc=n.loc) from None
             if skipped and widen and out[0].shape is not None:
                 out = [TType(out[0].dtype, tuple(None for _ in out[0].shape))] + list(out[1:])
             types[n.name] = out
         return types
 
     def verify(self):
-        """Check the graph is well formed; raise DfcGraphError naming the bad node."""
+        """Check the graph is well formed; raise DfcGraphError naming the bad node.
+
+        Linear in the size of the graph (consumers are computed once), so loading a file
+        costs about as much as reading it.
+        """
+        from dfc.ir import checks       # checks uses this module
         for name, n in self.nodes.items():
             if not name or ":" in name or name.startswith("^"):
                 raise DfcGraphError(f"bad node name {name!r}", node=name)
@@ -263,6 +280,8 @@ class Graph:
                     seen_ctrl = True
                 elif seen_ctrl:
                     raise DfcGraphError("data inputs must come before control inputs", node=name)
+                else:
+                    checks.check_port(self.nodes[src], port, ref, name)
             try:
                 opdef.check_arity(len(n.data_inputs))
             except DfcGraphError as e:
@@ -270,6 +289,7 @@ class Graph:
             if n.op == "Merge" and n.control_inputs:
                 raise DfcGraphError("Merge takes no control inputs", node=name)
         frame_of, parent = self.frames()
+        consumers = self.consumers()
         for n in self.nodes.values():
             if n.op == "Merge" and frame_of[n.name] != ROOT_FRAME:
                 srcs = [self.nodes[parse_input(r)[0]].op for r in n.inputs]
@@ -278,13 +298,14 @@ class Graph:
             if n.op == "NextIteration" and frame_of[n.name] == ROOT_FRAME:
                 raise DfcGraphError("NextIteration outside any loop frame", node=n.name)
             if n.op == "NextIteration":
-                users = [u for u, _ in self.consumers()[n.name]]
+                users = [u for u, _ in consumers[n.name]]
                 if not users or any(self.nodes[u].op != "Merge" for u in users):
                     raise DfcGraphError("NextIteration must feed a Merge", node=n.name)
             if frame_of[n.name] != ROOT_FRAME and not n.inputs:
                 raise DfcGraphError("a node inside a loop frame needs an input (add a control input)",
                                     node=n.name)
-        self.infer_types()
+        types = self.infer_types()
+        checks.check_graph(self, frame_of, parent, consumers, types)
         return self
 
     # ------------------------------------------------------------ printing and running

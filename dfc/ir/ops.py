@@ -5,6 +5,8 @@ table (dfc/compiler/autodiff) are keyed by the same names; tests check that
 every op here has a kernel and a gradient rule (or is declared not
 differentiable).
 """
+import math
+
 import numpy as np
 
 from dfc.errors import DfcTypeError, DfcGraphError, DfcIndexError
@@ -12,7 +14,9 @@ from dfc.ir import dtypes as dt
 from dfc.ir.dtypes import TType
 
 REQUIRED = object()
-ATTR_KINDS = ("int", "float", "str", "bool", "dtype", "shape", "ints", "axis", "tensor", "json", "strs")
+MAX_OUTPUTS = 1 << 16      # outputs of one Unstack/Split: type inference makes one entry per output
+ATTR_KINDS = ("int", "float", "str", "bool", "dtype", "elem_dtype", "shape", "ints", "axis", "tensor", "json",
+              "strs")
 
 
 class OpDef:
@@ -171,7 +175,7 @@ def _identity_infer(attrs, ins):
 register("Identity", ("x",), 1, {}, _identity_infer)
 register("StopGradient", ("x",), 1, {}, _identity_infer)
 register("Cast", ("x",), 1, {"dtype": ("dtype", REQUIRED)},
-         lambda a, ins: [TType(a["dtype"], ins[0].shape)], heavy=True)
+         lambda a, ins: _require("Cast", ins[0], dt.ALL) or [TType(a["dtype"], ins[0].shape)], heavy=True)
 
 
 def _where_infer(attrs, ins):
@@ -198,6 +202,8 @@ register("Placeholder", (), 1, {"dtype": ("dtype", REQUIRED), "shape": ("shape",
 def _fill_shape(t):
     v = _shape_value(t)
     if v is not None:
+        if any(d < 0 for d in v):
+            raise DfcTypeError(f"shape {v} has a negative dimension")
         return tuple(v)
     if t.shape is not None and len(t.shape) == 1 and t.shape[0] is not None:
         return (None,) * t.shape[0]
@@ -214,13 +220,28 @@ register("ZerosLike", ("x",), 1, {}, lambda a, ins: [TType(ins[0].dtype, ins[0].
 register("OnesLike", ("x",), 1, {}, lambda a, ins: [TType(ins[0].dtype, ins[0].shape)])
 
 
+def range_length(start, limit, delta):
+    """The length of numpy.arange(start, limit, delta) for numpy scalars, computed as numpy does
+    (ceil((limit - start) / delta)) without making the array."""
+    if delta == 0:
+        raise DfcTypeError("Range delta must not be zero")
+    with np.errstate(all="ignore"):
+        n = np.true_divide(limit - start, delta)
+    if not np.isfinite(n):
+        raise DfcTypeError(f"Range({start}, {limit}, {delta}) has no finite length")
+    return max(0, math.ceil(n))
+
+
 def _range_infer(attrs, ins):
     d = _same_dtype("Range", ins)
     _require("Range", ins[0], dt.NUMERIC)
+    for t in ins:
+        if t.shape not in (None, ()):
+            raise DfcTypeError(f"Range takes scalars, got shape {dt.format_shape(t.shape)}")
     vals = [t.value for t in ins]
     n = None
     if all(v is not None for v in vals):
-        n = len(np.arange(*[v.item() for v in vals]))
+        n = range_length(*[np.asarray(v).reshape(())[()] for v in vals])
     return [TType(d, (n,))]
 
 
@@ -255,17 +276,19 @@ def _reshape_infer(attrs, ins):
     if target.count(-1) > 1:
         raise DfcTypeError("Reshape: at most one -1 in the new shape")
     src = ins[0].shape
+    if any(d < -1 for d in target):
+        raise DfcTypeError(f"Reshape: negative dimension in the new shape {target}")
     known = src is not None and None not in src
-    total = int(np.prod(src)) if known else None
+    total = math.prod(src) if known else None     # Python ints: no int64 overflow
     if -1 in target:
-        rest = int(np.prod([d for d in target if d != -1]))
+        rest = math.prod([d for d in target if d != -1])
         if total is not None:
             if rest == 0 or total % rest:
                 raise DfcTypeError(f"cannot reshape {dt.format_shape(src)} to {target}")
             target = [total // rest if d == -1 else d for d in target]
         else:
             target = [None if d == -1 else d for d in target]
-    elif total is not None and int(np.prod(target)) != total:
+    elif total is not None and math.prod(target) != total:
         raise DfcTypeError(f"cannot reshape {dt.format_shape(src)} to {target}")
     return [TType(ins[0].dtype, target)]
 
@@ -351,18 +374,26 @@ def _stack_infer(attrs, ins):
             tuple(a if a is not None else b for a, b in zip(shape, t.shape))
     if shape is None:
         return [TType(d, None)]
-    ax = attrs["axis"] % (len(shape) + 1)
+    ax = _norm_axes(attrs["axis"], len(shape) + 1)[0]
     return [TType(d, shape[:ax] + (len(ins),) + shape[ax:])]
 
 
 register("Stack", ("*values",), 1, {"axis": ("int", 0)}, _stack_infer, heavy=True)
 
 
+def _check_num(op, num, least):
+    if not least <= num <= MAX_OUTPUTS:
+        raise DfcTypeError(f"{op} num must be between {least} and {MAX_OUTPUTS}, got {num}")
+
+
 def _unstack_infer(attrs, ins):
+    _check_num("Unstack", attrs["num"], 0)
     s = ins[0].shape
     if s is None:
         return [TType(ins[0].dtype, None)] * attrs["num"]
-    ax = attrs["axis"] % len(s)
+    if not s:
+        raise DfcTypeError("Unstack needs a tensor of rank >= 1")
+    ax = _norm_axes(attrs["axis"], len(s))[0]
     if s[ax] is not None and s[ax] != attrs["num"]:
         raise DfcTypeError(f"Unstack of {attrs['num']} along a dimension of size {s[ax]}")
     return [TType(ins[0].dtype, s[:ax] + s[ax + 1:])] * attrs["num"]
@@ -373,8 +404,11 @@ register("Unstack", ("x",), lambda a, n: a["num"], {"num": ("int", REQUIRED), "a
 
 def _split_infer(attrs, ins):
     s, num = ins[0].shape, attrs["num"]
+    _check_num("Split", num, 1)
     if s is None:
         return [TType(ins[0].dtype, None)] * num
+    if not s:
+        raise DfcTypeError("Split needs a tensor of rank >= 1")
     ax = _norm_axes(attrs["axis"], len(s))[0]
     if s[ax] is not None and s[ax] % num:
         raise DfcTypeError(f"Split: dimension {ax} of size {s[ax]} does not split into {num} equal parts")
@@ -423,18 +457,71 @@ def getitem_shape(shape, spec, dyn):
     return tuple(out) + tuple(shape[i:])
 
 
+def check_index_spec(spec, n_index):
+    """A GetItem/GetItemGrad spec must follow the grammar below; kernels index with it unchecked."""
+    def bad(why):
+        return DfcGraphError(f"bad index spec {spec!r}"[:200] + f": {why}")
+
+    def part(p, none_ok):
+        if p is None and none_ok:
+            return
+        if _is_int(p):
+            if not INT_MIN <= p <= INT_MAX:
+                raise bad(f"index {p} is out of the int64 range")
+            return
+        if isinstance(p, dict) and list(p) == ["t"] and _is_int(p["t"]) and 0 <= p["t"] < n_index:
+            return
+        allowed = "an int, None" if none_ok else "an int"
+        raise bad(f"{p!r} is not {allowed} or {{'t': k}} with 0 <= k < {n_index}")
+
+    if not isinstance(spec, list):
+        raise bad("it must be a list")
+    ellipses = 0
+    for item in spec:
+        if not isinstance(item, list) or not item or item[0] not in _SPEC_ARITY:
+            raise bad(f"each item is [kind, ...] with kind one of {', '.join(_SPEC_ARITY)}")
+        kind = item[0]
+        if len(item) != _SPEC_ARITY[kind] + 1:
+            raise bad(f"{kind!r} takes {_SPEC_ARITY[kind]} values")
+        if kind == "int":
+            part(item[1], False)
+        elif kind == "slice":
+            for p in item[1:]:
+                part(p, True)
+            if item[3] == 0:
+                raise bad("slice step cannot be zero")
+        elif kind == "tensor":
+            if not (_is_int(item[1]) and 0 <= item[1] < n_index):
+                raise bad(f"tensor index {item[1]!r} names no index input (there are {n_index})")
+        ellipses += kind == "ellipsis"
+    if ellipses > 1:
+        raise bad("at most one ellipsis")
+
+
+_SPEC_ARITY = {"int": 1, "slice": 3, "newaxis": 0, "ellipsis": 0, "tensor": 1}
+
+
 def _getitem_infer(attrs, ins):
+    check_index_spec(attrs["spec"], len(ins) - 1)
     for t in ins[1:]:
         _require("GetItem", t, dt.INTS, "index")
     return [TType(ins[0].dtype, getitem_shape(ins[0].shape, attrs["spec"], ins[1:]))]
+
+
+def _getitem_grad_infer(attrs, ins):
+    check_index_spec(attrs["spec"], len(ins) - 2)
+    for t in ins[2:]:
+        _require("GetItemGrad", t, dt.INTS, "index")
+    _require("GetItemGrad", ins[1], dt.INTS, "shape")
+    return [TType(ins[0].dtype, _fill_shape(ins[1]))]
 
 
 # spec: list of ["int", k|{"t": i}], ["slice", a, b, c] (each int, None or {"t": i}),
 # ["newaxis"], ["ellipsis"], ["tensor", i]; {"t": i} / i name dynamic input i (0-based after x).
 register("GetItem", ("x", "*index"), 1, {"spec": ("json", REQUIRED)}, _getitem_infer)
 # The adjoint of GetItem: zeros of `shape` with `grad` added at the indexed positions.
-register("GetItemGrad", ("grad", "shape", "*index"), 1, {"spec": ("json", REQUIRED)},
-         lambda a, ins: [TType(ins[0].dtype, _fill_shape(ins[1]))], heavy=True)
+register("GetItemGrad", ("grad", "shape", "*index"), 1, {"spec": ("json", REQUIRED)}, _getitem_grad_infer,
+         heavy=True)
 
 
 def _gather_infer(attrs, ins):
@@ -454,6 +541,8 @@ register("ScatterAdd", ("shape", "indices", "updates"), 1, {"axis": ("int", 0)},
 
 def _onehot_infer(attrs, ins):
     _require("OneHot", ins[0], dt.INTS, "indices")
+    if attrs["depth"] < 0:
+        raise DfcTypeError(f"OneHot depth must be >= 0, got {attrs['depth']}")
     s = ins[0].shape
     return [TType(attrs["dtype"], None if s is None else s + (attrs["depth"],))]
 
@@ -543,8 +632,14 @@ def _loopcond_infer(attrs, ins):
 
 register("Switch", ("data", "pred"), 2, {}, _switch_infer, kind="switch")
 register("Merge", ("*inputs",), 2, {}, _merge_infer, kind="merge")
+def _enter_infer(attrs, ins):
+    if attrs["parallel_iterations"] < 1:
+        raise DfcTypeError(f"Enter parallel_iterations must be >= 1, got {attrs['parallel_iterations']}")
+    return _identity_infer(attrs, ins)
+
+
 register("Enter", ("x",), 1, {"frame_name": ("str", REQUIRED), "is_constant": ("bool", False),
-                               "parallel_iterations": ("int", 32)}, _identity_infer, kind="enter")
+                               "parallel_iterations": ("int", 32)}, _enter_infer, kind="enter")
 register("Exit", ("x",), 1, {}, _identity_infer, kind="exit")
 register("NextIteration", ("x",), 1, {}, _identity_infer, kind="next_iteration")
 register("LoopCond", ("pred",), 1, {}, _loopcond_infer)
@@ -579,10 +674,11 @@ for _n in ("Assign", "AssignAdd", "AssignSub"):
     register(_n, ("handle", "value"), 1, {}, lambda a, ins: [TType(ins[1].dtype, ins[1].shape)], stateful=True)
 
 # Stacks hold the forward values a gradient loop needs (§5.1).
-register("StackV2", (), 1, {"elem_dtype": ("dtype", REQUIRED), "swap_memory": ("bool", False)},
+# elem_dtype may be "resource": gradients of nested loops save TensorArray handles on stacks.
+register("StackV2", (), 1, {"elem_dtype": ("elem_dtype", REQUIRED), "swap_memory": ("bool", False)},
          lambda a, ins: [_H], stateful=True)
 register("StackPush", ("handle", "elem"), 1, {}, lambda a, ins: [TType(ins[1].dtype, ins[1].shape)], stateful=True)
-register("StackPop", ("handle",), 1, {"elem_dtype": ("dtype", REQUIRED), "shape": ("shape", None)},
+register("StackPop", ("handle",), 1, {"elem_dtype": ("elem_dtype", REQUIRED), "shape": ("shape", None)},
          lambda a, ins: [TType(a["elem_dtype"], a["shape"])], stateful=True)
 
 # TensorArrays (functional: every write returns a new flow value that orders later ops).
@@ -638,17 +734,29 @@ def canonical_attrs(op, attrs, node=None):
     return dict(sorted(out.items()))
 
 
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1     # every int attr fits an int64, as in the JSON of TF
+
+
+def _is_int(x):
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 def check_attr(kind, v, what, node):
-    def bad():
-        return DfcGraphError(f"{what}: bad {kind} value {v!r}"[:300], node=node)
+    def bad(why=""):
+        return DfcGraphError(f"{what}: bad {kind} value {v!r}"[:300] + why, node=node)
     if kind == "int":
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        if not _is_int(v):
             raise bad()
+        if not INT_MIN <= v <= INT_MAX:
+            raise bad(" (out of the int64 range)")
         return int(v)
     if kind == "float":
         if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
             raise bad()
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:
+            raise bad(" (too large for a float)") from None
     if kind == "bool":
         if not isinstance(v, (bool, np.bool_)):
             raise bad()
@@ -661,20 +769,30 @@ def check_attr(kind, v, what, node):
         if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
             raise bad()
         return list(v)
-    if kind == "dtype":
-        if v not in dt.DTYPES:
-            raise bad()
+    if kind in ("dtype", "elem_dtype"):
+        # "resource" is the type of handles that ops make; only a stack's elements may be handles.
+        allowed = dt.ALL if kind == "dtype" else dt.DTYPES
+        if not isinstance(v, str) or v not in allowed:
+            raise bad(f" (use one of {', '.join(allowed)})")
         return v
     if kind in ("shape", "ints", "axis"):
         if v is None:
             return None
-        if kind == "axis" and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        if kind == "axis" and _is_int(v):
+            if not INT_MIN <= v <= INT_MAX:
+                raise bad(" (out of the int64 range)")
             return int(v)
         if not isinstance(v, (list, tuple)):
             raise bad()
         for x in v:
-            if isinstance(x, bool) or not (isinstance(x, (int, np.integer)) or (kind == "shape" and x is None)):
+            if kind == "shape" and x is None:
+                continue
+            if not _is_int(x):
                 raise bad()
+            lo = 0 if kind == "shape" else INT_MIN
+            if not lo <= x <= INT_MAX:
+                raise bad(" (a dimension must be between 0 and 2**63-1)" if kind == "shape" else
+                          " (out of the int64 range)")
         return [None if x is None else int(x) for x in v]
     if kind == "tensor":
         if not isinstance(v, np.ndarray) or v.dtype.name not in dt.ALL:

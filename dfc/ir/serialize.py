@@ -5,6 +5,8 @@ Constants are inline: {"dtype", "shape", "data": base64 of little-endian bytes}.
 """
 import base64
 import json
+import math
+import reprlib
 
 import numpy as np
 
@@ -14,6 +16,7 @@ from dfc.ir import dtypes as dt
 from dfc.ir.graph import Graph, Node
 
 FORMAT, VERSION = "dfc-graph", 1
+MAX_DEPTH = 256      # JSON nesting; an output structure may nest 100 levels (dfc.ir.structure)
 
 
 def encode_tensor(v):
@@ -23,14 +26,28 @@ def encode_tensor(v):
 
 
 def decode_tensor(d, node=None):
+    """The array of an encoded constant; its byte count must match dtype and shape exactly."""
+    def bad(why):
+        return DfcGraphError(f"bad constant tensor: {why}", node=node)
+    if not isinstance(d, dict) or set(d) != {"dtype", "shape", "data"}:
+        raise bad("it must be an object with exactly 'dtype', 'shape' and 'data'")
+    dtype, shape, data = d["dtype"], d["shape"], d["data"]
+    if not isinstance(dtype, str) or dtype not in dt.ALL:
+        raise bad(f"dtype {reprlib.repr(dtype)} is not one of {', '.join(dt.ALL)}")
+    if not isinstance(shape, list) or not all(opreg._is_int(x) and 0 <= x <= opreg.INT_MAX for x in shape) \
+            or len(shape) > 64:
+        raise bad(f"shape {reprlib.repr(shape)} is not a list of at most 64 dimensions >= 0")
+    if not isinstance(data, str):
+        raise bad("data must be a base64 string")
     try:
-        dtype = dt.as_dtype(d["dtype"])
-        shape = [int(x) for x in d["shape"]]
-        raw = base64.b64decode(d["data"], validate=True)
-        arr = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
-        return arr.reshape(shape)
-    except (KeyError, TypeError, ValueError, DfcError) as e:
-        raise DfcGraphError(f"bad constant tensor: {e}", node=node) from None
+        raw = base64.b64decode(data, validate=True)
+    except ValueError as e:
+        raise bad(f"data is not base64: {e}") from None
+    want = math.prod(shape) * np.dtype(dtype).itemsize
+    if len(raw) != want:
+        raise bad(f"data has {len(raw)} bytes, but {dtype}{shape} needs {want}")
+    arr = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+    return arr.reshape(shape)
 
 
 def _encode_attr(kind, v):
@@ -62,11 +79,20 @@ def to_json(g):
     return json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
 
 
+def loads(text, source="<string>"):
+    """The Graph in a JSON string (what dfc.save writes); validated like dfc.load."""
+    return from_json(text, source)
+
+
 def from_json(text, source="<string>"):
     try:
         doc = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except RecursionError:
+        raise DfcGraphError(f"{source}: JSON nested too deeply") from None
+    except ValueError as e:      # JSONDecodeError, UnicodeDecodeError, an int of more than 4300 digits
         raise DfcGraphError(f"{source}: invalid JSON: {e}") from None
+    if _depth(doc) > MAX_DEPTH:
+        raise DfcGraphError(f"{source}: JSON nested more than {MAX_DEPTH} levels deep")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise DfcGraphError(f"{source}: not a dfc graph (format must be {FORMAT!r})")
     if doc.get("version") != VERSION:
@@ -75,14 +101,28 @@ def from_json(text, source="<string>"):
     sig, nodes = doc.get("signature"), doc.get("nodes")
     if not isinstance(sig, dict) or not isinstance(nodes, list):
         raise DfcGraphError(f"{source}: 'signature' must be an object and 'nodes' a list")
-    g = Graph(sig.get("name", "graph"))
+    g = Graph("graph")
     g.from_file = True
     for i, d in enumerate(nodes):
         g.add_node(_node_from_json(d, i))
-    _check_signature(g, sig)
-    g.signature = sig
-    g.verify()
+    g.signature = {"name": "graph", "inputs": [], "outputs": None, "targets": [], **sig}
+    g.verify()     # the signature included
     return g
+
+
+def _depth(doc):
+    """How deeply lists and objects nest in a parsed JSON document (without recursion)."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        deepest = max(deepest, d)
+        if d <= MAX_DEPTH:
+            stack.extend((x, d + 1) for x in v)
+    return deepest
 
 
 def _node_from_json(d, i):
@@ -101,28 +141,10 @@ def _node_from_json(d, i):
     for key in ("device", "loc"):
         if d.get(key) is not None and not isinstance(d[key], str):
             raise DfcGraphError(f"'{key}' must be a string", node=name)
+    extra = set(d) - {"name", "op", "inputs", "attrs", "device", "loc"}
+    if extra:
+        raise DfcGraphError(f"unknown node field(s) {', '.join(sorted(map(repr, extra)))}", node=name)
     return Node(name, op, inputs, opreg.canonical_attrs(op, decoded, name), d.get("device"), d.get("loc"))
-
-
-def _check_signature(g, sig):
-    for inp in sig.get("inputs", []):
-        if not isinstance(inp, dict) or inp.get("node") not in g.nodes:
-            raise DfcGraphError(f"signature input {inp!r} names no node")
-        if g.nodes[inp["node"]].op != "Placeholder":
-            raise DfcGraphError("signature input is not a Placeholder", node=inp["node"])
-    for t in sig.get("targets", []):
-        if t not in g.nodes:
-            raise DfcGraphError(f"signature target {t!r} names no node")
-    _check_outputs(g, sig.get("outputs"))
-
-
-def _check_outputs(g, s):
-    from dfc.ir.structure import leaves
-    for leaf in leaves(s):
-        ref = leaf["ref"]
-        name, _, port = ref.rpartition(":")
-        if name not in g.nodes:
-            raise DfcGraphError(f"output {ref!r} names no node")
 
 
 def save(g, path):

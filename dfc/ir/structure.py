@@ -4,39 +4,48 @@ A structure is {"tensor": "node:port"} ... encoded as:
   {"ref": "node:port"}                 a tensor leaf
   {"tuple": [s, ...]} / {"list": [...]} / {"dict": [[key, s], ...]} / {"none": true}
 """
+import reprlib
+
 from dfc.errors import DfcGraphError
+
+MAX_DEPTH = 100
 
 
 def leaves(s):
+    """The {"ref": ...} leaves in depth-first order; a malformed structure is a DfcGraphError."""
     out = []
-    _leaves(s, out)
+    _leaves(s, out, 0)
     return out
 
 
-def _leaves(s, out):
+def _leaves(s, out, depth):
+    def bad(what, v):
+        return DfcGraphError(f"bad output {what} {reprlib.repr(v)}")
     if s is None:
         return
-    if not isinstance(s, dict):
-        raise DfcGraphError(f"bad output structure {s!r}")
-    if "ref" in s:
-        if not isinstance(s["ref"], str):
-            raise DfcGraphError(f"bad output ref {s!r}")
+    if depth > MAX_DEPTH:
+        raise DfcGraphError(f"output structure nested more than {MAX_DEPTH} levels deep")
+    if not isinstance(s, dict) or len(s) != 1:
+        raise bad("structure", s)
+    kind, v = next(iter(s.items()))
+    if kind == "ref":
+        if not isinstance(v, str):
+            raise bad("ref", s)
         out.append(s)
-    elif "tuple" in s or "list" in s:
-        items = s.get("tuple", s.get("list"))
-        if not isinstance(items, list):
-            raise DfcGraphError(f"bad output structure {s!r}")
-        for x in items:
-            _leaves(x, out)
-    elif "dict" in s:
-        for kv in s["dict"]:
-            if not (isinstance(kv, list) and len(kv) == 2):
-                raise DfcGraphError(f"bad output dict entry {kv!r}")
-            _leaves(kv[1], out)
-    elif "none" in s:
-        return
-    else:
-        raise DfcGraphError(f"bad output structure {s!r}")
+    elif kind in ("tuple", "list"):
+        if not isinstance(v, list):
+            raise bad("structure", s)
+        for x in v:
+            _leaves(x, out, depth + 1)
+    elif kind == "dict":
+        if not isinstance(v, list):
+            raise bad("structure", s)
+        for kv in v:
+            if not (isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], str)):
+                raise bad("dict entry", kv)
+            _leaves(kv[1], out, depth + 1)
+    elif kind != "none":
+        raise bad("structure", s)
 
 
 def pack(s, values):

@@ -31,10 +31,12 @@ import sys
 import numpy as np
 
 from dfc.errors import DfcDeadlockError, DfcError, DfcRuntimeError, DfcInputError
+from dfc.ir import dtypes as dt
 from dfc.ir import ops as opreg
 from dfc.ir.graph import ROOT_FRAME, parse_input
 from dfc.runtime import checkpoints, containers
 from dfc.runtime.kernels import kernel_for
+from dfc.runtime.limits import kernel_error, limit_kernel
 
 NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, SEND, RECV = range(8)
 _XFER = {"Send": SEND, "Recv": RECV}
@@ -62,16 +64,20 @@ class KernelContext:
     session's default container); kernels reach state only through it.
     memory: the device's MemoryTracker when it accounts bytes (else None);
     swapper: the device's Swapper when stack swapping is on (dfc/runtime/memory.py);
-    files: the checkpoints.Directory that Save/Restore paths resolve in.
+    files: the checkpoints.Directory that Save/Restore paths resolve in;
+    memory_limit: the session's dfc.runtime.limits.MemoryLimit (or None), for runners that make
+    their own kernels (kernel_for(node, xp, ctx.memory_limit)).
     """
-    __slots__ = ("container", "run_count", "tag", "print", "memory", "swapper", "device", "files")
+    __slots__ = ("container", "run_count", "tag", "print", "memory", "swapper", "device", "files", "memory_limit",
+                 "__weakref__")     # a MemoryLimit counts a run's stack entries until its context is gone
 
     def __init__(self, container=None, run_count=0, printer=print, memory=None, swapper=None, device=None,
-                 files=None):
+                 files=None, memory_limit=None):
         self.container = container or containers.get
         self.files = files or checkpoints.Directory()
         self.run_count, self.tag, self.print = run_count, (), printer
         self.memory, self.swapper, self.device = memory, swapper, device
+        self.memory_limit = memory_limit
 
 
 class Transport:
@@ -107,10 +113,11 @@ class Plan:
     """Precomputed per-node tables for one (fetches, feeds, targets) subgraph."""
 
     def __init__(self, graph, fetches, feed_names, targets, xp=np, parallel_iterations=None, fuse=False,
-                 frame_ids=None, device=None):
+                 frame_ids=None, device=None, memory_limit=None):
         """frame_ids: frame name -> id shared by all partitions of one graph, so frame tags (and the
-        rendezvous keys made from them) agree across devices. device: a dfc.runtime.devices.Device."""
-        self.graph, self.device = graph, device
+        rendezvous keys made from them) agree across devices. device: a dfc.runtime.devices.Device.
+        memory_limit: a dfc.runtime.limits.MemoryLimit every kernel is checked against (or None)."""
+        self.graph, self.device, self.memory_limit = graph, device, memory_limit
         if device is not None:
             xp = device.xp
         self.mem_accounting = device is not None and device.memory is not None
@@ -165,6 +172,8 @@ class Plan:
                 if self.mem_accounting:
                     from dfc.runtime.memory import accounting_kernel
                     self.kern[i] = accounting_kernel(n, xp, self.kern[i])
+                if memory_limit is not None:
+                    self.kern[i] = limit_kernel(n, self.kern[i], memory_limit)
             if k in (SEND, RECV):
                 a = n.attrs
                 self.xfer[i] = (a["tensor_name"], a["send_device"], a["recv_device"])
@@ -220,6 +229,7 @@ class Plan:
             self.fetches.append((idx[name], port))
         self.fetch_nodes = {i for i, _ in self.fetches}
         self.fetch_set = set(self.fetches)
+        self.fetch_types = _declared_types(graph, fetches)
         self.programs = {}
         if fuse and not self.mem_accounting:
             from dfc.runtime.fused import build_programs
@@ -282,6 +292,7 @@ class Run:
             if v is DEAD:
                 raise DfcRuntimeError("fetched value is dead (it comes from a branch that was not taken)",
                                       node=p.nodes[i].name)
+            _check_declared(v, p.fetch_types[len(out)], p.nodes[i].name)
             out.append(v)
         return out
 
@@ -391,15 +402,7 @@ class Run:
         return None
 
     def _wrap(self, i, e):
-        n = self.p.nodes[i]
-        if isinstance(e, DfcError):
-            if e.node is None:
-                return type(e)(e.message, node=n.name, loc=e.loc or n.loc)
-            return e
-        if isinstance(e, MemoryError):
-            from dfc.errors import DfcOutOfMemory
-            return DfcOutOfMemory(f"{n.op}: out of memory", node=n.name, loc=n.loc)
-        return DfcRuntimeError(f"{n.op} failed: {type(e).__name__}: {e}", node=n.name, loc=n.loc)
+        return kernel_error(self.p.nodes[i], e)
 
     # -------------------------------------------------------------- Send / Recv
     def _post_recv(self, i, it):
@@ -688,12 +691,48 @@ class Run:
         for dst, st in it.states.items():
             if st is not FIRED:
                 names.append(self.p.nodes[dst].name)
-        for child in it.children.values():
+        for key, child in it.children.items():
+            if isinstance(key, tuple):      # a fused frame still collecting its Enter values
+                fname = self.p.frame_names[key[1]]
+                names.append(f"frame {fname} (fused; waiting for {child[0]} Enter value(s))")
+                continue
             fname = self.p.frame_names[child.fid]
             if child.pending_enters:
                 names.append(f"frame {fname} (waiting for {child.pending_enters} Enter value(s))")
             for sub in child.iters.values():
                 self._collect_pending(sub, names)
+
+
+def _declared_types(graph, fetches):
+    """The static type of each fetch, or None where the graph's types cannot be inferred."""
+    try:
+        types = graph.infer_types()
+    except DfcError:
+        return [None] * len(fetches)
+    out = []
+    for f in fetches:
+        name, port, _ = parse_input(f)
+        ts = types.get(name)
+        out.append(ts[port] if ts is not None and 0 <= port < len(ts) else None)
+    return out
+
+
+def check_fetches(graph, fetches, values):
+    """Raise a DfcRuntimeError if a fetched value differs from the type the graph declares for it."""
+    for f, v, t in zip(fetches, values, _declared_types(graph, fetches)):
+        _check_declared(v, t, parse_input(f)[0])
+
+
+def _check_declared(v, t, node):
+    """A fetched value must have the dtype and shape the graph declares: a loaded graph's attrs could
+    declare one type and compute another, and callers trust the declaration."""
+    if t is None or t.dtype == dt.HANDLE:
+        return
+    dtype = getattr(v, "dtype", None)
+    if dtype is None or dtype.name != t.dtype or not dt.shapes_compatible(tuple(v.shape), t.shape):
+        got = f"{dtype}{list(getattr(v, 'shape', ()))}" if dtype is not None else type(v).__name__
+        raise DfcRuntimeError(f"computed {got}, but the graph declares {t!r}: the graph's declared types "
+                              f"do not match what it computes", node=node)
 
 
 def default_printer(text):

@@ -13,6 +13,7 @@ import numpy as np
 
 from dfc.errors import DfcError, DfcRuntimeError
 from dfc.ir.graph import parse_input
+from dfc.runtime.limits import kernel_error
 
 NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT = range(6)
 _TAGGED_OPS = frozenset({"RandomUniform", "RandomNormal"})   # kernels that read ctx.tag
@@ -27,9 +28,10 @@ class NotFusable(Exception):
 class FrameProgram:
     """The generated function of one loop frame (and the frames nested in it)."""
 
-    def __init__(self, plan, fid):
+    def __init__(self, plan, fid, index=None):
         self.plan, self.fid = plan, fid
-        self.enters = [i for i in range(len(plan.nodes)) if plan.kind[i] == ENTER and plan.child_fid[i] == fid]
+        self.index = index or FrameIndex(plan)
+        self.enters = self.index.enters[fid]
         self.enter_pos = {e: k for k, e in enumerate(self.enters)}
         self.exits = list(plan.frame_exits[fid])
         self.lines = []
@@ -45,8 +47,7 @@ class FrameProgram:
 
     # ------------------------------------------------------------------ analysis
     def _members(self, fid):
-        p = self.plan
-        return [i for i in range(len(p.nodes)) if p.fid[i] == fid]
+        return self.index.members[fid]
 
     def _emit_frame(self, fid, fname, depth):
         p = self.plan
@@ -124,31 +125,16 @@ class FrameProgram:
                   child_programs, tagged)
 
     def _child_frames(self, fid):
-        p = self.plan
-        out = set()
-        for i in range(len(p.nodes)):
-            if p.kind[i] == ENTER:
-                src = p.ins[i][0][0] if p.ins[i] else None
-                if src is not None and self._out_frame(src) == fid and p.child_fid[i] != fid:
-                    out.add(p.child_fid[i])
-        return out
-
-    def _out_frame(self, s):
-        p = self.plan
-        if p.kind[s] == EXIT:
-            return p.frame_parent[p.fid[s]]
-        return p.fid[s]
+        return self.index.children[fid]
 
     def _item_inputs(self, it):
         p = self.plan
         if it[0] == "node":
             return [s for s, _ in p.ins[it[1]]] + list(p.ctrl_ins[it[1]])
-        c = it[1]
         srcs = []
-        for e in range(len(p.nodes)):
-            if p.kind[e] == ENTER and p.child_fid[e] == c:
-                srcs.extend(s for s, _ in p.ins[e])
-                srcs.extend(p.ctrl_ins[e])
+        for e in self.index.enters[it[1]]:
+            srcs.extend(s for s, _ in p.ins[e])
+            srcs.extend(p.ctrl_ins[e])
         return srcs
 
     def _new_name(self, base):
@@ -240,7 +226,7 @@ class FrameProgram:
         w = L.append
         if it[0] == "frame":
             c = it[1]
-            c_enters = [e for e in range(len(p.nodes)) if p.kind[e] == ENTER and p.child_fid[e] == c]
+            c_enters = self.index.enters[c]
             args = [self._ref(p.ins[e][0], switches, merges, producer) for e in c_enters]
             outs = ", ".join(f"x{c}_{k}" for k in range(len(p.frame_exits[c]))) or "_"
             n = len(p.frame_exits[c])
@@ -315,12 +301,7 @@ class FrameProgram:
     def _wrap(self, i, e):
         if i < 0:
             return e if isinstance(e, DfcError) else DfcRuntimeError(f"{type(e).__name__}: {e}")
-        n = self.plan.nodes[i]
-        if isinstance(e, DfcError):
-            if e.node is None:
-                return type(e)(e.message, node=n.name, loc=e.loc or n.loc)
-            return e
-        return DfcRuntimeError(f"{n.op} failed: {type(e).__name__}: {e}", node=n.name, loc=n.loc)
+        return kernel_error(self.plan.nodes[i], e)
 
 
 def _toposort(items, deps):
@@ -350,14 +331,35 @@ def plan_dead():
     return DEAD
 
 
+class FrameIndex:
+    """Per frame id: its nodes, the Enters into it, the frames entered from it (built once per Plan, so
+    fusing a graph with many loops takes time linear in its size)."""
+
+    def __init__(self, plan):
+        p = plan
+        frames = range(len(p.frame_names))
+        self.members, self.enters = {f: [] for f in frames}, {f: [] for f in frames}
+        self.children = {f: set() for f in frames}
+        for i in range(len(p.nodes)):
+            self.members[p.fid[i]].append(i)
+            if p.kind[i] == ENTER:
+                self.enters[p.child_fid[i]].append(i)
+                src = p.ins[i][0][0] if p.ins[i] else None
+                if src is not None:
+                    out = p.frame_parent[p.fid[src]] if p.kind[src] == EXIT else p.fid[src]
+                    if p.child_fid[i] != out:
+                        self.children.setdefault(out, set()).add(p.child_fid[i])
+
+
 def build_programs(plan):
     """fid -> FrameProgram for every frame that can be fused."""
     progs = {}
+    index = FrameIndex(plan)
     for fid in range(1, len(plan.frame_names)):
-        if not any(plan.fid[i] == fid for i in range(len(plan.nodes))):
+        if not index.members[fid]:
             continue
         try:
-            progs[fid] = FrameProgram(plan, fid)
+            progs[fid] = FrameProgram(plan, fid, index)
         except NotFusable:
             continue
     return progs

@@ -33,9 +33,14 @@ def direct(f):
     return k
 
 
-def kernel_for(node, xp):
+def kernel_for(node, xp, memory_limit=None):
+    """The kernel of `node` on array module `xp`, checked against a MemoryLimit when one is given."""
     try:
         factory = KERNELS[node.op]
     except KeyError:
         raise DfcGraphError(f"no kernel for op {node.op!r}", node=node.name) from None
-    return factory(node, xp)
+    k = factory(node, xp)
+    if memory_limit is not None:
+        from dfc.runtime.limits import limit_kernel
+        k = limit_kernel(node, k, memory_limit)
+    return k

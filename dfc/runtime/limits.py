@@ -1,0 +1,251 @@
+"""A memory limit for one Session: DfcOutOfMemory instead of growing without bound.
+
+`Session(graph, memory_limit="2GB")` (or `dfc run --memory-limit 2GB`) caps the
+bytes of arrays the session's kernels hold at once, on every device. Accelerator
+devices already account every tensor exactly (dfc/runtime/devices.py); doing
+that on cpu devices would cost a reference count per edge and turn loop fusion
+off. The limit is enforced more cheaply, by wrapping kernels when a limit is
+set (no cost otherwise):
+
+- before a kernel allocates an array whose size comes from input *values*
+  (Fill, Range, OneHot, random, BroadcastTo, a broadcasting binary op, ...),
+  the size it will allocate is checked against the bytes still free;
+- every array a kernel returns of at least TRACK_BYTES is counted until it is
+  garbage collected (a weakref finalizer), so values held anywhere (loop
+  variables, stacks, TensorArrays, Variables) add up;
+- each push onto a stack or write into a TensorArray is counted until the end
+  of the run (its KernelContext is collected), so a loop that keeps saving
+  small values also hits the limit.
+
+numpy's own MemoryError (and "array is too big") in any kernel also becomes
+DfcOutOfMemory naming the node.
+"""
+import fractions
+import math
+import re
+import threading
+import weakref
+
+import numpy as np
+
+from dfc.errors import DfcError, DfcOutOfMemory, DfcRuntimeError
+from dfc.ir import ops as opreg
+
+TRACK_BYTES = 1024        # smaller arrays are not followed one by one (their count is bounded by the graph)
+ENTRY_BYTES = 64          # what one stack or TensorArray entry costs besides its array
+_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def parse_bytes(value):
+    """2000000000, "2GB" (powers of 1000) or "2GiB" (powers of 1024) -> an int number of bytes."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        n = int(value)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", value) if isinstance(value, str) else None
+        if not m or m.group(2).lower() not in _UNITS:
+            raise DfcError(f"memory_limit {value!r} is not a size; give bytes (2000000000) or a number with a "
+                           f"unit KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024), e.g. '2GB'")
+        n = int(fractions.Fraction(m.group(1)) * _UNITS[m.group(2).lower()])
+    if n <= 0:
+        raise DfcError(f"memory_limit {value!r} must be at least one byte")
+    return n
+
+
+class MemoryLimit:
+    """The bytes one Session's kernels hold, checked against `limit`; thread-safe."""
+
+    def __init__(self, limit):
+        self.limit = parse_bytes(limit)
+        self.lock = threading.RLock()     # a finalizer may run while the lock is held
+        self.counted = {}                 # id(array) -> bytes, while the array lives
+        self.in_use = self.peak = 0
+        self.run_bytes = 0          # stack and TensorArray entries of the runs in progress
+        self.runs = {}              # id(kernel context of a run) -> its part of run_bytes
+
+    @staticmethod
+    def of(limit):
+        return None if limit is None else MemoryLimit(limit)
+
+    def _over(self, node, op, nbytes):
+        return DfcOutOfMemory(f"{op} needs {nbytes} bytes, past the memory limit of {self.limit} bytes "
+                              f"({self.in_use + self.run_bytes} in use)", node=node)
+
+    def reserve(self, nbytes, node, op):
+        """Raise DfcOutOfMemory if `nbytes` more would pass the limit (before allocating them)."""
+        if self.in_use + self.run_bytes + nbytes > self.limit:
+            raise self._over(node, op, nbytes)
+
+    def track(self, v, node, op):
+        """Count array v until it is collected."""
+        if type(v) is not np.ndarray:
+            return
+        b = v
+        while isinstance(b.base, np.ndarray):
+            b = b.base
+        n = b.nbytes
+        if n < TRACK_BYTES or id(b) in self.counted:     # an Identity passes on a counted array
+            return
+        with self.lock:
+            if id(b) in self.counted:
+                return
+            self.counted[id(b)] = n
+            self.in_use += n
+            self.peak = max(self.peak, self.in_use)
+            over = self.in_use + self.run_bytes > self.limit
+        weakref.finalize(b, self._free, id(b))
+        if over:
+            raise self._over(node, op, n)
+
+    def _free(self, key):
+        with self.lock:
+            self.in_use -= self.counted.pop(key, 0)
+
+    def add_entry(self, v, ctx, node, op):
+        """A value saved on a stack or in a TensorArray: counted until the run (its kernel context) ends."""
+        n = _entry_bytes(v)
+        key = id(ctx)
+        with self.lock:
+            new = key not in self.runs
+            self.runs[key] = self.runs.get(key, 0) + n
+            self.run_bytes += n
+            over = self.in_use + self.run_bytes > self.limit
+        if new:
+            weakref.finalize(ctx, self._end_run, key)
+        if over:
+            raise self._over(node, op, n)
+
+    def drop_entry(self, v, ctx):
+        n = _entry_bytes(v)
+        with self.lock:
+            if self.runs.get(id(ctx), 0) >= n:
+                self.runs[id(ctx)] -= n
+                self.run_bytes -= n
+
+    def _end_run(self, key):
+        with self.lock:
+            self.run_bytes -= self.runs.pop(key, 0)
+
+
+def _entry_bytes(v):
+    nbytes = getattr(v, "nbytes", 0)
+    return ENTRY_BYTES + (nbytes if nbytes < TRACK_BYTES else 0)     # larger arrays are tracked already
+
+
+# ------------------------------------------------------------------ what a kernel will allocate
+
+
+def _prod(shape):
+    return math.prod(int(d) for d in np.asarray(shape).reshape(-1))
+
+
+def _itemsize(dtype):
+    return np.dtype(dtype).itemsize
+
+
+def _broadcast(node, a):
+    shapes = [np.shape(x) for x in a]
+    if all(s == shapes[0] for s in shapes):
+        return 0      # no bigger than an input, which is already counted
+    try:
+        out = np.broadcast_shapes(*shapes)
+    except ValueError:
+        return 0      # the kernel reports it
+    return math.prod(out) * max(np.asarray(x).dtype.itemsize for x in a)
+
+
+def _matmul(node, a):
+    x, y = np.shape(a[0]), np.shape(a[1])
+    if len(x) < 2 or len(y) < 2:
+        return 0
+    at, bt = node.attrs["transpose_a"], node.attrs["transpose_b"]
+    n, m = x[-1] if at else x[-2], y[-2] if bt else y[-1]
+    try:
+        batch = np.broadcast_shapes(x[:-2], y[:-2])
+    except ValueError:
+        return 0
+    return math.prod(batch) * n * m * np.asarray(a[0]).dtype.itemsize
+
+
+def _gather(node, a):
+    p = np.asarray(a[0])
+    if p.ndim == 0:
+        return 0
+    axis = node.attrs["axis"] % p.ndim
+    return np.size(a[1]) * (p.nbytes // max(p.shape[axis], 1))
+
+
+_REQUESTS = {
+    "Fill": lambda node, a: _prod(a[0]) * np.asarray(a[1]).dtype.itemsize,
+    "Range": lambda node, a: opreg.range_length(*[np.asarray(x).reshape(())[()] for x in a])
+    * np.asarray(a[0]).dtype.itemsize,
+    "OneHot": lambda node, a: np.size(a[0]) * max(node.attrs["depth"], 1) * (1 + _itemsize(node.attrs["dtype"])),
+    "RandomUniform": lambda node, a: _prod(a[0]) * (8 + _itemsize(node.attrs["dtype"])),
+    "RandomNormal": lambda node, a: _prod(a[0]) * (8 + _itemsize(node.attrs["dtype"])),
+    "BroadcastTo": lambda node, a: _prod(a[1]) * np.asarray(a[0]).dtype.itemsize,   # its users materialize it
+    "GetItemGrad": lambda node, a: _prod(a[1]) * np.asarray(a[0]).dtype.itemsize,
+    "ScatterAdd": lambda node, a: _prod(a[0]) * np.asarray(a[2]).dtype.itemsize,
+    "ZerosLike": lambda node, a: np.size(a[0]) * np.asarray(a[0]).dtype.itemsize,
+    "OnesLike": lambda node, a: np.size(a[0]) * np.asarray(a[0]).dtype.itemsize,
+    "Concat": lambda node, a: sum(getattr(x, "nbytes", 8) for x in a),
+    "Stack": lambda node, a: sum(getattr(x, "nbytes", 8) for x in a),
+    "MatMul": _matmul,
+    "Gather": _gather,
+    "TensorArray": lambda node, a: int(a[0]) * 8,
+    "TensorArrayWrite": lambda node, a: max(0, int(a[1]) - len(a[0].items)) * 8,
+    "TensorArrayScatter": lambda node, a: max(0, int(np.max(a[1], initial=-1)) - len(a[0].items)) * 8,
+}
+for _name, _op in opreg.REGISTRY.items():
+    if _op.inputs in (("x", "y"), ("cond", "x", "y")):     # elementwise ops that broadcast
+        _REQUESTS[_name] = _broadcast
+_ENTRIES = {"StackPush": 1, "TensorArrayWrite": 2}
+
+
+def limit_kernel(node, kern, limit):
+    """`kern` checked against `limit`: what it will allocate before, what it returns after."""
+    request = _REQUESTS.get(node.op)
+    entry = _ENTRIES.get(node.op)
+    name, op = node.name, node.op
+
+    def checked(ctx, a):
+        if request is not None:
+            try:
+                n = request(node, a)
+            except Exception:   # noqa: BLE001 — bad inputs: the kernel itself reports them
+                n = 0
+            limit.reserve(n, name, op)
+        outs = kern(ctx, a)
+        if entry is not None:
+            limit.add_entry(a[entry], ctx, name, op)
+        elif op == "StackPop":
+            limit.drop_entry(outs[0], ctx)
+        for v in outs:
+            limit.track(v, name, op)
+        return outs
+
+    f = getattr(kern, "direct", None)
+    if f is not None and request is None and entry is None:
+        def direct(*a):
+            v = f(*a)
+            limit.track(v, name, op)
+            return v
+        checked.direct = direct
+    return checked
+
+
+# ------------------------------------------------------------------ kernel errors
+
+
+def kernel_error(node, e):
+    """The DfcError to raise for exception `e` from the kernel of `node`."""
+    if isinstance(e, DfcError):
+        if e.node is None:
+            return type(e)(e.message, node=node.name, loc=e.loc or node.loc)
+        return e
+    if isinstance(e, MemoryError) or (isinstance(e, ValueError) and _TOO_BIG.search(str(e))):
+        return DfcOutOfMemory(f"{node.op}: out of memory ({type(e).__name__}: {e})"[:500], node=node.name,
+                              loc=node.loc)
+    return DfcRuntimeError(f"{node.op} failed: {type(e).__name__}: {e}"[:2000], node=node.name, loc=node.loc)
+
+
+_TOO_BIG = re.compile(r"array is too big|maximum (allowed|supported) (size|dimension)|too large", re.I)
