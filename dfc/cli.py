@@ -8,7 +8,6 @@ dfc bug, with the traceback under --debug.
 """
 import ast
 import errno
-import fractions
 import json
 import math
 import os
@@ -91,25 +90,16 @@ def compile_cmd(file, names, out_dir):
 
 
 # ------------------------------------------------------------------ dfc run
-_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30}
-
-
 class ByteSize(click.ParamType):
-    """A byte count: 2000000000, 2GB (powers of 1000) or 2GiB (powers of 1024); units in any case."""
+    """A byte count as Session(memory_limit=...) reads it: 2000000000, 2GB (powers of 1000), 2GiB."""
     name = "SIZE"
 
     def convert(self, value, param, ctx):
-        if isinstance(value, int):
-            return value
-        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", str(value))
-        if not m or m.group(2).lower() not in _BYTE_UNITS:
-            self.fail(f"{value!r} is not a size; write bytes (2000000000) or a number with a unit "
-                      f"KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024), e.g. 2GB", param, ctx)
-        n = int(fractions.Fraction(m.group(1)) * _BYTE_UNITS[m.group(2).lower()])
-        if n <= 0:
-            self.fail(f"{value!r} is less than one byte", param, ctx)
-        return n
+        from dfc.runtime.limits import parse_bytes     # one definition of the units, shared with Session
+        try:
+            return parse_bytes(value)
+        except DfcError as e:
+            self.fail(e.message, param, ctx)
 
 
 _JSON_HELP = ('Print {"outputs": [...]}: outputs flattened depth-first, each a (nested) JSON list or '

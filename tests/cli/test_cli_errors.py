@@ -545,3 +545,16 @@ def test_save_outside_the_checkpoint_dir_is_refused(tmp_path, where):
     error(cli("run", graph, "-i", "x=[1, 2]", "--checkpoint-dir", tmp_path / "ckdir"), 1, target,
           "checkpoint directory")
     assert not (tmp_path / "escape.npz").exists() and not (tmp_path / "abs.npz").exists()
+
+
+# ------------------------------------------------------------ --memory-limit, enforced
+def test_memory_limit_stops_a_run_that_allocates_too_much(tmp_path):
+    def big(n):
+        return dfc.reduce_sum(dfc.ones(dfc.stack([n, n]), "float64"))
+    path = tmp_path / "big.json"
+    dfc.save(dfc.trace(big, dfc.TensorSpec([], "int64")), str(path))
+    r = cli("run", path, "-i", "n=1000", "--memory-limit", "1MB", "--json")         # needs 8 MB
+    error(r, 1, "memory limit of 1000000 bytes", "fill")
+    r = cli("run", path, "-i", "n=1000", "--memory-limit", "64MiB", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert strict_json(r.stdout) == {"outputs": [1e6]}
