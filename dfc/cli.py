@@ -35,6 +35,10 @@ class _Main(click.Group):
             if debug:
                 raise
             _fail(ctx, "dfc: interrupted")
+        except OSError as e:    # the machine's, not dfc's: a full disk, stdout on /dev/full, ...
+            if debug:
+                raise
+            _fail(ctx, f"dfc: error: {e}")
         except Exception as e:  # noqa: BLE001 - a dfc bug: one line, not a traceback
             if debug:
                 raise

@@ -558,3 +558,12 @@ def test_memory_limit_stops_a_run_that_allocates_too_much(tmp_path):
     r = cli("run", path, "-i", "n=1000", "--memory-limit", "64MiB", "--json")
     assert r.exit_code == 0, r.stderr
     assert strict_json(r.stdout) == {"outputs": [1e6]}
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_full_disk_is_an_error_not_a_bug(graphs):
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "dfc.cli", "show", str(graphs / "loop.json")], stdout=full,
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert p.returncode == 1 and "No space left" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and "bug in dfc" not in p.stderr
