@@ -10,6 +10,7 @@ from dfc import nest
 from dfc.errors import DfcError, DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.ir.dtypes import TType
+from dfc.ir.loops import LoopBuilder
 from dfc.compiler.tracing import Tensor, capture, convert, current_builder, is_weak, const_array, \
     user_location
 
@@ -21,6 +22,8 @@ class Context:
         self.builder, self.outer = builder, outer
         self.captured = {}
         self.pivot = None
+        # Set on the contexts gradients() builds: the forward loop / cond branch they differentiate.
+        self.fwd_loop = self.fwd_branch = None
 
     def pivot_name(self):
         return self.pivot.node
@@ -83,10 +86,17 @@ class WhileContext(Context):
         self.frame_name, self.parallel_iterations = frame_name, parallel_iterations
         self.swap_memory = swap_memory
         self.token = None
-        # Filled while building; read by the gradient code.
-        self.enters, self.merges, self.switches, self.identities = [], [], [], []
-        self.next_iterations, self.exits, self.loop_cond = [], [], None
+        # The loop variables' Figure 4 nodes (read by the gradient code), and the frame's LoopCond.
+        self.loop = loop_builder(builder, self)
+        self.loop_cond = None
         self.constant_enters = []
+
+    enters = property(lambda self: self.loop.enters)
+    merges = property(lambda self: self.loop.merges)
+    switches = property(lambda self: self.loop.switches)
+    identities = property(lambda self: self.loop.identities)
+    next_iterations = property(lambda self: self.loop.next_iterations)
+    exits = property(lambda self: self.loop.exits)
 
     def describe(self):
         return f"the body of loop {self.frame_name}"
@@ -107,6 +117,22 @@ class WhileContext(Context):
 
     def effect_entry(self):
         return None if self.token is None else self.token.node
+
+
+def loop_builder(b, ctx, name_of=None):
+    """A LoopBuilder for loop variables of loop context `ctx`: Enters are built in the
+    enclosing context, Exits lead back out to it; node names are `name_of(role)` (default
+    FRAME_role: while_enter, while_merge, ..., while_body for the Identities)."""
+    outer = ctx.outer
+
+    def make(op, inputs, attrs, role, ttype):
+        where, out = {"Enter": (outer, ctx), "Exit": (ctx, outer)}.get(op, (ctx, ctx))
+        name = name_of(role) if name_of is not None else f"{ctx.frame_name}_{role}"
+        outs = b.make(op, inputs, attrs, ctx=where, out_ctx=out, name=b.unique(name))
+        if ttype is not None:
+            outs[0].ttype = ttype
+        return outs
+    return LoopBuilder(b.graph, make, ctx.frame_name, ctx.parallel_iterations)
 
 
 # ---------------------------------------------------------------- cond
@@ -166,7 +192,6 @@ def cond(pred, true_fn, false_fn, names=None, name=None):
     state.merges = [m for m in merged if m is not None]
     state.branches = {1: tctx, 0: fctx}
     state.outer = outer
-    b.conds = getattr(b, "conds", {})
     for m in state.merges:
         b.conds[m.node] = state
     tok_t, tok_f = b.last_effect.get(tctx), b.last_effect.get(fctx)
@@ -253,9 +278,7 @@ def _const_in(b, ctx, v, dtype):
 
 # ---------------------------------------------------------------- while_loop
 
-
-class _Retrace(Exception):
-    pass
+_MAX_ATTEMPTS = 6     # traces of one while_loop call before its variables' types must have settled
 
 
 def while_loop(cond_fn, body_fn, loop_vars, parallel_iterations=32, maximum_iterations=None,
@@ -272,167 +295,264 @@ def while_loop(cond_fn, body_fn, loop_vars, parallel_iterations=32, maximum_iter
     variable's dtype may not otherwise change; its shape may (dimensions that
     change become unknown). Up to `parallel_iterations` iterations run at once.
     `maximum_iterations` stops the loop after that many iterations.
+
+    The body is traced again (at most a few times) while the variables' types
+    settle; a loop nested in it reuses what it settled to in the previous trace,
+    so nesting does not multiply the retraces.
     """
-    single = not isinstance(loop_vars, (tuple, list))
-    lv = (loop_vars,) if single else tuple(loop_vars)
     b = current_builder()
-    loc = user_location()
-    flat = nest.flatten(lv, True)
-    names = list(names or [])
-    labels = [names[k] if k < len(names) else f"loop variable {k}" for k in range(len(flat))]
-    weak = [is_weak(v) or (isinstance(v, Tensor) and v.weak) for v in flat]
-    dtypes, shapes = [], []
-    for v in flat:
-        if v is None:
-            raise DfcTypeError("a loop variable is None", loc=loc)
-        t = v if isinstance(v, Tensor) else None
-        if t is None and hasattr(v, "_dfc_tensor"):
-            t = v._dfc_tensor()
-        a = None if t is not None else const_array(v)
-        dtypes.append(t.dtype if t is not None else a.dtype.name)
-        shapes.append(t.shape if t is not None else a.shape)
-    token = False
-    for _attempt in range(6):
-        cp, effects = b.graph.num_nodes(), dict(b.last_effect)
+    call = _LoopCall(cond_fn, body_fn, loop_vars, parallel_iterations, maximum_iterations, swap_memory,
+                     names, name, user_location())
+    start = call.start_types()
+    site = b.loop_site.child()
+    out = _build_from_hint(b, call, site, start)
+    if out is None:
+        out = _build_settled(b, call, site, start)
+    return out[0] if call.single else out
+
+
+class _LoopCall:
+    """One dfc.while_loop call: its functions, its loop variables (flattened) and options."""
+
+    def __init__(self, cond_fn, body_fn, loop_vars, parallel_iterations, maximum_iterations, swap_memory,
+                 names, name, loc):
+        self.cond_fn, self.body_fn = cond_fn, body_fn
+        self.single = not isinstance(loop_vars, (tuple, list))
+        self.lv = (loop_vars,) if self.single else tuple(loop_vars)
+        self.flat = nest.flatten(self.lv, True)
+        names = list(names or [])
+        self.labels = [names[k] if k < len(names) else f"loop variable {k}" for k in range(len(self.flat))]
+        self.weak = [is_weak(v) or (isinstance(v, Tensor) and v.weak) for v in self.flat]
+        self.parallel_iterations, self.max_iters = parallel_iterations, maximum_iterations
+        self.swap_memory, self.name, self.loc = swap_memory, name, loc
+
+    def start_types(self):
+        """The loop variables' own types: where the first trace starts."""
+        dtypes, shapes = [], []
+        for v in self.flat:
+            if v is None:
+                raise DfcTypeError("a loop variable is None", loc=self.loc)
+            t = v if isinstance(v, Tensor) else None
+            if t is None and hasattr(v, "_dfc_tensor"):
+                t = v._dfc_tensor()
+            a = None if t is not None else const_array(v)
+            dtypes.append(t.dtype if t is not None else a.dtype.name)
+            shapes.append(t.shape if t is not None else a.shape)
+        return _LoopTypes(dtypes, shapes)
+
+    def key(self, start):
+        """What an earlier trace of this loop must share for its settled types to be reused."""
+        codes = tuple(getattr(fn, "__code__", None) for fn in (self.cond_fn, self.body_fn))
+        return (self.loc, codes, tuple(self.labels), tuple(self.weak), self.max_iters is None, start.key())
+
+
+class _LoopTypes:
+    """What one trace of a loop assumes: its variables' dtypes and shapes, and whether it
+    carries an effect token (its body has side effects)."""
+
+    def __init__(self, dtypes, shapes, token=False):
+        self.dtypes, self.shapes, self.token = list(dtypes), list(shapes), token
+
+    def key(self):
+        return tuple(self.dtypes), tuple(self.shapes), self.token
+
+
+class _Retrace(Exception):
+    """The body does not keep the types the loop was built with: build it again with `types`."""
+
+    def __init__(self, types):
+        super().__init__("retrace")
+        self.types = types
+
+
+def _build_settled(b, call, site, start):
+    """Build the loop from its variables' own types, tracing it again while they settle."""
+    types = start
+    for _attempt in range(_MAX_ATTEMPTS):
+        mark = b.mark()
         try:
-            out = _build_loop(b, cond_fn, body_fn, lv, flat, dtypes, shapes, weak, labels, token,
-                              parallel_iterations, maximum_iterations, swap_memory, name, loc)
+            with b.tracing_loop(site):
+                ctx, out = _build_loop(b, call, types)
         except _Retrace as r:
-            b.graph.remove_nodes_after(cp)
-            b.last_effect = effects
-            dtypes, shapes, token = r.args
+            b.rollback(mark)
+            types = r.types
             continue
-        return out[0] if single else out
-    raise DfcTypeError("loop variable types did not settle after several retraces", loc=loc)
+        if types.key() != start.key():
+            site.settled[call.key(start)] = (types, _captured_types(ctx))
+        return out
+    raise DfcTypeError("loop variable types did not settle after several retraces", loc=call.loc)
 
 
-def _build_loop(b, cond_fn, body_fn, lv, flat, dtypes, shapes, weak, labels, token, par, max_iters,
-                swap_memory, name, loc):
+def _build_from_hint(b, call, site, start):
+    """The loop built directly with the types an earlier trace of it settled to (in an earlier
+    trace of the loop around it), or None when there is none or this trace of the body is not
+    the same as that one (it then builds as usual, from its variables' own types)."""
+    hint = site.settled.get(call.key(start))
+    if hint is None:
+        return None
+    types, captured = hint
+    mark = b.mark()
+    try:
+        with b.tracing_loop(site):
+            ctx, out = _build_loop(b, call, types)
+        if _captured_types(ctx) == captured:
+            return out
+    except Exception:    # noqa: BLE001 — the usual build meets the same error if it is one
+        pass
+    b.rollback(mark)
+    return None
+
+
+def _captured_types(ctx):
+    """The types (constant values included) of the outside tensors a loop body used."""
+    def value_key(v):
+        return None if v is None else (v.dtype.str, v.shape, v.tobytes())
+    return [(e.dtype, e.shape, value_key(e.ttype.value)) for e in ctx.constant_enters]
+
+
+def _build_loop(b, call, types):
+    """One trace of the loop as Figure 4, assuming `types`; returns (its context, its results).
+
+    Raises _Retrace when the body gives a variable another dtype or shape, or has a first
+    side effect (the loop then carries an effect token)."""
     outer = b.ctx
-    ctx = WhileContext(b, outer, b.unique(name or "while"), int(par), bool(swap_memory))
-    inits = []
-    for v, d in zip(flat, dtypes):
-        t = v._dfc_tensor() if hasattr(v, "_dfc_tensor") and not isinstance(v, Tensor) else v
-        t = convert(t, d) if isinstance(t, Tensor) else _const_in(b, outer, t, d)
-        inits.append(capture(t, outer, b, loc))
-    n_user = len(inits)
-    extra = []
-    if max_iters is not None:
-        extra.append("counter")
-        inits.append(_const_in(b, outer, 0, "int64"))
-        limit = convert(max_iters, "int64") if isinstance(max_iters, Tensor) else _const_in(b, outer,
-                                                                                           int(max_iters), "int64")
-    if token:
-        extra.append("token")
-        prev = b.last_effect.get(outer) or (outer.effect_entry() if outer is not None else None)
-        inits.append(b.make1("Const", (), {"value": const_array(0, "int32")}, ctx=outer,
-                             control=[prev] if prev else [], name=b.unique(f"{ctx.frame_name}_token")))
-    all_shapes = list(shapes) + [t.shape for t in inits[n_user:]]
+    ctx = WhileContext(b, outer, b.unique(call.name or "while"), int(call.parallel_iterations),
+                       bool(call.swap_memory))
+    inits, limit = _initial_values(b, call, types, ctx)
+    n_user = len(call.flat)
     for k, t in enumerate(inits):
-        e = b.make1("Enter", (t,), {"frame_name": ctx.frame_name, "is_constant": False,
-                                    "parallel_iterations": ctx.parallel_iterations},
-                    ctx=outer, out_ctx=ctx, name=b.unique(f"{ctx.frame_name}_enter"))
-        ctx.enters.append(e)
-        m = b.make1("Merge", (e, e), ctx=ctx, name=b.unique(f"{ctx.frame_name}_merge"))
-        m.ttype = TType(t.dtype, all_shapes[k])
-        m.weak = k < n_user and weak[k]
-        ctx.merges.append(m)
+        m = ctx.loop.enter(t, TType(t.dtype, types.shapes[k] if k < n_user else t.shape))
+        m.weak = k < n_user and call.weak[k]
     b.ctx = ctx
     try:
         ctx.pivot = ctx.merges[0]
-        if token:   # a side effect in the condition waits for the previous iteration's effects
+        if types.token:   # a side effect in the condition waits for the previous iteration's effects
             ctx.token = ctx.merges[-1]
-        user_vars = nest.pack_sequence_as(lv, list(ctx.merges[:n_user]), True)
-        pred = cond_fn(*user_vars)
-        if not isinstance(pred, Tensor):
-            if hasattr(pred, "_dfc_tensor"):
-                pred = pred._dfc_tensor()
-            else:
-                raise DfcTypeError(f"the condition of {ctx.frame_name} returned a Python "
-                                   f"{type(pred).__name__}, not a tensor; use a Python while loop instead",
-                                   loc=loc)
-        from dfc.compiler import ops_api
-        if pred.dtype != "bool":
-            pred = ops_api.cast(pred, "bool")
-        if pred.shape not in (None, ()):
-            raise DfcTypeError(f"loop condition must be a scalar, got shape {dt.format_shape(pred.shape)}",
-                               loc=loc)
-        if max_iters is not None:
-            counter = ctx.merges[n_user]
-            pred = ops_api.logical_and(ops_api.less(counter, limit), pred)
-        ctx.loop_cond = b.make1("LoopCond", (pred,), name=b.unique(f"{ctx.frame_name}_loop_cond"))
-        for m in ctx.merges:
-            sw = b.make("Switch", (m, ctx.loop_cond), name=b.unique(f"{ctx.frame_name}_switch"))
-            ctx.switches.append(sw)
-            ident = b.make1("Identity", (sw[1],), name=b.unique(f"{ctx.frame_name}_body"))
-            ident.weak = m.weak
-            ctx.identities.append(ident)
-        ctx.pivot = ctx.identities[0]
-        if token:
-            ctx.token = ctx.identities[-1]
-        body_vars = nest.pack_sequence_as(lv, list(ctx.identities[:n_user]), True)
-        out = body_fn(*body_vars)
-        if len(lv) == 1 and not isinstance(out, (tuple, list)):
-            out = (out,)
-        if isinstance(out, list) and isinstance(lv, tuple):
-            out = tuple(out)
-        if not nest.same_structure(lv, out, expand_composites=True):
-            raise DfcTypeError(f"the body of {ctx.frame_name} returns {_desc(out)} but the loop variables are "
-                               f"{_desc(lv)}", loc=loc)
-        oflat = nest.flatten(out, True)
-        outs = []
-        new_dtypes, new_shapes, retrace = list(dtypes), list(shapes), False
-        for k, v in enumerate(oflat):
-            if v is None:
-                raise DfcTypeError(f"{labels[k]} became None in the loop body", loc=loc)
-            if isinstance(v, Tensor) or hasattr(v, "_dfc_tensor"):
-                t = capture(convert(v), ctx, b, loc)
-            else:
-                t = _const_in(b, ctx, v, dtypes[k] if is_weak(v) else None)
-            if t.dtype != dtypes[k]:
-                if weak[k] and _widens(dtypes[k], t.dtype):
-                    new_dtypes[k], retrace = t.dtype, True
-                else:
-                    raise DfcTypeError(f"{labels[k]} changes dtype from {dtypes[k]} to {t.dtype} in the loop "
-                                       f"body; cast it so every iteration has one dtype", loc=loc)
-            joined = dt.join_shapes(shapes[k], t.shape)
-            if joined != (None if shapes[k] is None else tuple(shapes[k])):
-                new_shapes[k], retrace = joined, True
-            outs.append(t)
-        if not token and b.last_effect.get(ctx):
-            token, retrace = True, True
-        if retrace:
-            raise _Retrace(new_dtypes, new_shapes, token)
-        if max_iters is not None:
-            outs.append(ops_api.add(ctx.identities[n_user], 1))
-        if token:
-            outs.append(b.make1("Identity", (ctx.token,), control=[b.last_effect[ctx]],
-                                name=b.unique(f"{ctx.frame_name}_effects")))
-        for m, t in zip(ctx.merges, outs):
-            nx = b.make1("NextIteration", (t,), name=b.unique(f"{ctx.frame_name}_next"))
-            ctx.next_iterations.append(nx)
-            node = b.graph.nodes[m.node]
-            node.inputs[1] = nx.ref
-        b.graph._types = None
+        ctx.loop_cond = ctx.loop.loop_cond(_condition(b, call, ctx, limit))
+        _start_iteration(call, ctx, types)
+        ctx.loop.close(_next_values(b, call, ctx, types))
     finally:
         b.ctx = outer
-    for sw in ctx.switches:
-        ex = b.make1("Exit", (sw[0],), ctx=ctx, out_ctx=outer, name=b.unique(f"{ctx.frame_name}_exit"))
-        ex.weak = len(ctx.exits) < n_user and weak[len(ctx.exits)]
-        ctx.exits.append(ex)
-    if token:
-        b.last_effect[outer] = ctx.exits[-1].node
-    b.loops = getattr(b, "loops", {})
+    return ctx, _exit(b, call, ctx, types)
+
+
+def _initial_values(b, call, types, ctx):
+    """The values the loop starts from, as tensors of `types` outside it: the user's variables,
+    then an iteration counter (with maximum_iterations) and an effect token (with side effects).
+    Returns (those values, the iteration limit or None)."""
+    outer = ctx.outer
+    inits = []
+    for v, d in zip(call.flat, types.dtypes):
+        t = v._dfc_tensor() if hasattr(v, "_dfc_tensor") and not isinstance(v, Tensor) else v
+        t = convert(t, d) if isinstance(t, Tensor) else _const_in(b, outer, t, d)
+        inits.append(capture(t, outer, b, call.loc))
+    limit = None
+    if call.max_iters is not None:
+        inits.append(_const_in(b, outer, 0, "int64"))
+        limit = convert(call.max_iters, "int64") if isinstance(call.max_iters, Tensor) else \
+            _const_in(b, outer, int(call.max_iters), "int64")
+    if types.token:
+        prev = b.last_effect.get(outer) or (outer.effect_entry() if outer is not None else None)
+        inits.append(b.make1("Const", (), {"value": const_array(0, "int32")}, ctx=outer,
+                             control=[prev] if prev else [], name=b.unique(f"{ctx.frame_name}_token")))
+    return inits, limit
+
+
+def _condition(b, call, ctx, limit):
+    """cond_fn on the Merges, as a bool scalar, and'ed with `counter < limit` if there is one."""
+    from dfc.compiler import ops_api
+    n_user = len(call.flat)
+    pred = call.cond_fn(*nest.pack_sequence_as(call.lv, list(ctx.merges[:n_user]), True))
+    if not isinstance(pred, Tensor):
+        if not hasattr(pred, "_dfc_tensor"):
+            raise DfcTypeError(f"the condition of {ctx.frame_name} returned a Python "
+                               f"{type(pred).__name__}, not a tensor; use a Python while loop instead",
+                               loc=call.loc)
+        pred = pred._dfc_tensor()
+    if pred.dtype != "bool":
+        pred = ops_api.cast(pred, "bool")
+    if pred.shape not in (None, ()):
+        raise DfcTypeError(f"loop condition must be a scalar, got shape {dt.format_shape(pred.shape)}",
+                           loc=call.loc)
+    if limit is not None:
+        pred = ops_api.logical_and(ops_api.less(ctx.merges[n_user], limit), pred)
+    return pred
+
+
+def _start_iteration(call, ctx, types):
+    """A Switch on the LoopCond and an Identity for every variable: what the body sees."""
+    ctx.loop.iterate(ctx.loop_cond)
+    for m, ident in zip(ctx.merges, ctx.identities):
+        ident.weak = m.weak
+    ctx.pivot = ctx.identities[0]
+    if types.token:
+        ctx.token = ctx.identities[-1]
+
+
+def _next_values(b, call, ctx, types):
+    """body_fn on the Identities: the next iteration's values (counter and token included),
+    which must keep `types`."""
+    from dfc.compiler import ops_api
+    n_user = len(call.flat)
+    out = call.body_fn(*nest.pack_sequence_as(call.lv, list(ctx.identities[:n_user]), True))
+    if len(call.lv) == 1 and not isinstance(out, (tuple, list)):
+        out = (out,)
+    if isinstance(out, list):
+        out = tuple(out)
+    if not nest.same_structure(call.lv, out, expand_composites=True):
+        raise DfcTypeError(f"the body of {ctx.frame_name} returns {_desc(out)} but the loop variables are "
+                           f"{_desc(call.lv)}", loc=call.loc)
+    outs = _body_outputs(b, call, ctx, types, nest.flatten(out, True))
+    if call.max_iters is not None:
+        outs.append(ops_api.add(ctx.identities[n_user], 1))
+    if types.token:
+        outs.append(b.make1("Identity", (ctx.token,), control=[b.last_effect[ctx]],
+                            name=b.unique(f"{ctx.frame_name}_effects")))
+    return outs
+
+
+def _body_outputs(b, call, ctx, types, oflat):
+    """The body's results as tensors in the loop; raises _Retrace with the types a new trace
+    needs if they do not match `types`."""
+    settled = _LoopTypes(types.dtypes, types.shapes, types.token)
+    outs = []
+    for k, v in enumerate(oflat):
+        if v is None:
+            raise DfcTypeError(f"{call.labels[k]} became None in the loop body", loc=call.loc)
+        if isinstance(v, Tensor) or hasattr(v, "_dfc_tensor"):
+            t = capture(convert(v), ctx, b, call.loc)
+        else:
+            t = _const_in(b, ctx, v, types.dtypes[k] if is_weak(v) else None)
+        if t.dtype != types.dtypes[k]:
+            if not (call.weak[k] and _widens(types.dtypes[k], t.dtype)):
+                raise DfcTypeError(f"{call.labels[k]} changes dtype from {types.dtypes[k]} to {t.dtype} in "
+                                   f"the loop body; cast it so every iteration has one dtype", loc=call.loc)
+            settled.dtypes[k] = t.dtype
+        shape = types.shapes[k]
+        joined = dt.join_shapes(shape, t.shape)
+        if joined != (None if shape is None else tuple(shape)):
+            settled.shapes[k] = joined
+        outs.append(t)
+    if not types.token and b.last_effect.get(ctx):
+        settled.token = True
+    if settled.key() != types.key():
+        raise _Retrace(settled)
+    return outs
+
+
+def _exit(b, call, ctx, types):
+    """An Exit for every variable; the loop's results in the structure of loop_vars."""
+    exits = ctx.loop.exit_all()
+    for ex, weak in zip(exits, call.weak):
+        ex.weak = weak
+    if types.token:
+        b.last_effect[ctx.outer] = exits[-1].node
     b.loops[ctx.frame_name] = ctx
-    return tuple(nest.pack_sequence_as(tuple(lv), list(ctx.exits[:n_user]), True))
+    return tuple(nest.pack_sequence_as(call.lv, list(exits[:len(call.flat)]), True))
 
 
 def _widens(old, new):
     return old in dt.INTS + ("bool",) and new in dt.NUMERIC or (old == "float32" and new == "float64")
-
-
-def loop_contexts(builder):
-    return getattr(builder, "loops", {})
 
 
 __all__ = ["cond", "while_loop", "Context", "CondBranch", "WhileContext", "DfcError"]

@@ -5,6 +5,7 @@ arguments; every dfc op called on them adds a node to the graph being built.
 Control-flow contexts (dfc.compiler.control_flow) decide how a tensor from
 outside a branch or loop body is captured (one Switch / one Enter each).
 """
+import contextlib
 import inspect
 import os
 import sys
@@ -67,8 +68,43 @@ class TensorSpec:
         return f"TensorSpec({list(self.shape) if self.shape is not None else None}, {self.dtype!r})"
 
 
+class LoopSite:
+    """A dfc.while_loop call's place in the trace: the n-th loop built while tracing the body
+    of the loop around it (or at the top level), and the types its retraces settled to.
+
+    A loop is traced again when a weakly typed variable settles (`s = 0`, then `s += x` with a
+    float x); the loops in its body are then built again at the same places. Remembering what
+    they settled to lets each of them start from the settled types, so nested loops retrace
+    once per level instead of once per retrace of every loop around them.
+    """
+
+    def __init__(self):
+        self.children = {}      # index in trace order -> LoopSite
+        self.next_child = 0
+        self.settled = {}       # key of the starting types -> (settled types, captured types)
+
+    def child(self):
+        """The site of the next loop built in this one's body."""
+        site = self.children.setdefault(self.next_child, LoopSite())
+        self.next_child += 1
+        return site
+
+
+class Mark:
+    """What Builder.rollback restores: the builder as it was when Builder.mark was called."""
+
+    __slots__ = ("num_nodes", "last_effect", "effect_count", "conds", "loops", "loop_site", "next_child")
+
+    def __init__(self, b):
+        self.num_nodes = b.graph.num_nodes()
+        self.last_effect, self.effect_count = dict(b.last_effect), b.effect_count
+        self.conds, self.loops = dict(b.conds), dict(b.loops)
+        self.loop_site, self.next_child = b.loop_site, b.loop_site.next_child
+
+
 class Builder:
-    """Builds one Graph: unique names, current control context, device scope, effect order."""
+    """Builds one Graph: unique names, current control context, device scope, effect order,
+    the conds and loops built so far, and rollback to a mark."""
 
     def __init__(self, name="graph"):
         self.graph = Graph(name)
@@ -77,9 +113,39 @@ class Builder:
         self.counters = {}
         self.last_effect = {}     # control context -> name of its last side-effect node
         self.effect_count = 0
+        self.conds = {}           # Merge node name -> CondState of the cond it is an output of
+        self.loops = {}           # frame name -> WhileContext (forward and gradient loops)
+        self.loop_site = LoopSite()   # the while_loop whose body is being traced (root: top level)
         self.variables = {}
         self.tensors = {}         # node name -> its output Tensors (with their contexts); read by autodiff
         self.maybe_unset = {}     # id(tensor) -> (tensor, its "is set" flag); see autograph/unset.py
+
+    def mark(self):
+        """A point to roll back to when a first attempt at a cond or loop must be redone."""
+        return Mark(self)
+
+    def rollback(self, mark):
+        """Drop every node built since `mark` and the effects, conds and loops they made.
+
+        Node names are not reused: a Tensor of a dropped node never names a new node.
+        """
+        for name in list(self.graph.nodes)[mark.num_nodes:]:
+            self.tensors.pop(name, None)
+        self.graph.remove_nodes_after(mark.num_nodes)
+        self.last_effect, self.effect_count = dict(mark.last_effect), mark.effect_count
+        self.conds, self.loops = dict(mark.conds), dict(mark.loops)
+        self.loop_site = mark.loop_site
+        self.loop_site.next_child = mark.next_child
+
+    @contextlib.contextmanager
+    def tracing_loop(self, site):
+        """Trace a loop's body at `site`: the loops built in it are its children."""
+        outer, self.loop_site = self.loop_site, site
+        site.next_child = 0
+        try:
+            yield
+        finally:
+            self.loop_site = outer
 
     def unique(self, base):
         base = base.replace(":", "_").replace("^", "_") or "node"

@@ -33,6 +33,7 @@ from dfc.errors import DfcGraphError
 from dfc.ir import dtypes as dt
 from dfc.ir import ops as opreg
 from dfc.ir.graph import Graph, Node, ROOT_FRAME, parse_input
+from dfc.ir.loops import LoopBuilder
 from dfc.runtime.devices import canonical_name
 
 RESOURCE_OPS = frozenset({"VarHandle", "StackV2", "TensorArray"})
@@ -240,29 +241,28 @@ def partition(graph, where, frame_ids=None):
     nodes = {}
     for n in graph.nodes.values():
         nodes[n.name] = Node(n.name, n.op, list(n.inputs), dict(n.attrs), where[n.name], n.loc)
-    b = _Builder(nodes, types)
+    b = _Builder(graph.signature.get("name"), nodes, types)
     b.colocate_next_iterations()
     b.replicate_enters()
-    g = b.graph(graph)
-    frame_of, parent = g.frames()
+    frame_of, parent = b.g.frames()
     b.add_control_loops(frame_of, parent)
-    frame_of, parent = b.graph(graph).frames()
+    frame_of, parent = b.g.frames()
     b.add_send_recv(frame_of, parent)
     graphs = {}
     for n in b.nodes.values():
+        n = Node(n.name, n.op, _data_then_control(n.inputs), n.attrs, n.device, n.loc)
         graphs.setdefault(n.device, Graph(f"{graph.signature.get('name')}@{n.device}")).add_node(n)
     return Partitioned(graphs, {n.name: n.device for n in b.nodes.values()}, frame_ids)
 
 
 class _Builder:
-    def __init__(self, nodes, types):
-        self.nodes, self.types = nodes, types
+    """The whole graph being rewritten (copies of the nodes), and the types of their outputs."""
 
-    def graph(self, like):
-        g = Graph(like.signature.get("name"))
-        for n in self.nodes.values():
-            g.add_node(n)
-        return g
+    def __init__(self, name, nodes, types):
+        self.g = Graph(name)
+        for n in nodes.values():
+            self.g.add_node(n)
+        self.nodes, self.types = self.g.nodes, types
 
     def _consumers(self):
         out = {name: [] for name in self.nodes}
@@ -278,14 +278,14 @@ class _Builder:
         while name in self.nodes:
             name = f"{base}_{k}"
             k += 1
-        n = self.nodes[name] = Node(name, op, inputs, attrs, device, like.loc if like is not None else None)
+        n = self.g.add_node(Node(name, op, inputs, attrs, device, like.loc if like is not None else None))
         if like is not None and like.name in self.types:
             self.types[name] = self.types[like.name]
         return n
 
     def _rewire(self, consumer, k, new_src):
         _, port, ctrl = parse_input(consumer.inputs[k])
-        consumer.inputs[k] = f"^{new_src}" if ctrl else f"{new_src}:{port}"
+        self.g.set_input(consumer.name, k, f"^{new_src}" if ctrl else f"{new_src}:{port}")
 
     def colocate_next_iterations(self):
         """A NextIteration runs on its Merge's device: the value crosses inside the iteration."""
@@ -356,16 +356,21 @@ class _Builder:
                 src_ref = f"{src.name}:0"
             else:
                 src_ref = f"{self.merge_of[(parent[f], d)]}:0"
-            enter = self._new(f"{pre}/enter", "Enter", [src_ref],
-                              {"frame_name": f, "is_constant": False,
-                               "parallel_iterations": par_iters.get(f, 32)}, d)
-            merge = self._new(f"{pre}/merge", "Merge", [f"{enter.name}:0"], {}, d)
-            switch = self._new(f"{pre}/switch", "Switch", [f"{merge.name}:0", f"{loop_cond[f]}:0"], {}, d)
-            pivot = self._new(f"{pre}/pivot", "Identity", [f"{switch.name}:1"], {}, d)
-            nxt = self._new(f"{pre}/next", "NextIteration", [f"{pivot.name}:0"], {}, d)
-            merge.inputs.append(f"{nxt.name}:0")
-            self.merge_of[(f, d)] = merge.name
-            self.types[merge.name] = [_BOOL, _INT]
+            state = LoopBuilder(self.g, self._control_loop_maker(pre, d), f, par_iters.get(f, 32), ref=str)
+            state.enter(src_ref, _BOOL)
+            pivot, = state.iterate(f"{loop_cond[f]}:0")
+            state.close([pivot])
+            self.merge_of[(f, d)] = parse_input(state.merges[0])[0]
+
+    def _control_loop_maker(self, pre, d):
+        """LoopBuilder's `make` for a control-loop state machine on device d (nodes PRE/enter,
+        PRE/merge, PRE/switch, PRE/pivot, PRE/next; values are "node:port" refs)."""
+        def make(op, inputs, attrs, role, ttype):
+            n = self._new(f"{pre}/{'pivot' if role == 'body' else role}", op, list(inputs), attrs, d)
+            if ttype is not None:
+                self.types[n.name] = [ttype, _INT]
+            return [f"{n.name}:{p}" for p in range(opreg.get(op).num_outputs(attrs, len(inputs)))]
+        return make
 
     def add_send_recv(self, frame_of, parent):
         recvs = {}
@@ -379,10 +384,7 @@ class _Builder:
                 r = recvs.get(key)
                 if r is None:
                     r = recvs[key] = self._transfer(s, port, ctrl, n.device, frame_of, parent)
-                n.inputs[k] = f"^{r}" if ctrl else f"{r}:0"
-        for n in self.nodes.values():     # data inputs before control inputs
-            n.inputs = [r for r in n.inputs if not r.startswith("^")] + \
-                       list(dict.fromkeys(r for r in n.inputs if r.startswith("^")))
+                self.g.set_input(n.name, k, f"^{r}" if ctrl else f"{r}:0")
 
     def _transfer(self, s, port, ctrl, dst, frame_of, parent):
         f = frame_of[s.name]
@@ -424,6 +426,12 @@ def prune(graph, fetch_nodes, targets, feed_names):
             inputs = [] if n.name in feed_names else list(n.inputs)
             g.add_node(Node(n.name, n.op, inputs, dict(n.attrs), n.device, n.loc))
     return g
+
+
+def _data_then_control(inputs):
+    """Data inputs, then each control input once."""
+    return [r for r in inputs if not r.startswith("^")] + \
+        list(dict.fromkeys(r for r in inputs if r.startswith("^")))
 
 
 def _consumer_devices(consumers):

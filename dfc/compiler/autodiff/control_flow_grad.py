@@ -18,7 +18,7 @@ import numpy as np
 
 from dfc.ir.dtypes import TType
 from dfc.ir.graph import parse_input
-from dfc.compiler.control_flow import WhileContext, cond
+from dfc.compiler.control_flow import WhileContext, cond, loop_builder
 from dfc.compiler import ops_api
 from dfc.compiler.tracing import convert
 
@@ -49,20 +49,15 @@ class LoopGradState:
             ctrl.append(gs.loops[outer_loop.frame_name].count_ident.node)
         zero = b.make1("Const", (), {"value": np.zeros((), np.int64)}, ctx=outer, control=ctrl,
                        name=b.unique(f"{name}_count_init"))
-        enter = b.make1("Enter", (zero,), {"frame_name": name, "is_constant": False,
-                                           "parallel_iterations": L.parallel_iterations},
-                        ctx=outer, out_ctx=L, name=b.unique(f"{name}_count_enter"))
-        merge = b.make1("Merge", (enter, enter), ctx=L, name=b.unique(f"{name}_count_merge"))
-        sw = b.make("Switch", (merge, L.loop_cond), ctx=L, name=b.unique(f"{name}_count_switch"))
-        self.count_ident = b.make1("Identity", (sw[1],), ctx=L, name=b.unique(f"{name}_count"))
+        counter = loop_builder(b, L, lambda role: f"{name}_count" + ("" if role == "body" else f"_{role}"))
+        counter.enter(zero)
+        self.count_ident, = counter.iterate(L.loop_cond)
         one = b.make1("Const", (), {"value": np.ones((), np.int64)}, ctx=L, control=[self.count_ident.node],
                       name=b.unique(f"{name}_count_one"))
         self.count_add = b.make1("Add", (self.count_ident, one), ctx=L, name=b.unique(f"{name}_count_add"))
-        nxt = b.make1("NextIteration", (self.count_add,), ctx=L, name=b.unique(f"{name}_count_next"))
-        b.graph.nodes[merge.node].inputs[1] = nxt.ref
+        counter.close([self.count_add])
         # ... and the trip count (an Exit) is pushed by the outer loop, which waits for it.
-        self.count_exit = b.make1("Exit", (sw[0],), ctx=L, out_ctx=outer, name=b.unique(f"{name}_count_exit"))
-        b.graph._types = None
+        self.count_exit, = counter.exit_all()
 
     def save(self, t):
         """Push forward value t (in this loop) every iteration; return its pop in the gradient loop."""
@@ -77,7 +72,7 @@ class LoopGradState:
                         name=b.unique(f"{L.frame_name}_stack"))
         push = b.make1("StackPush", (stack, v), ctx=L, control=[self.count_ident.node],
                        name=b.unique(f"{L.frame_name}_push"))
-        b.graph.nodes[self.count_add.node].inputs.append("^" + push.node)
+        b.graph.add_control_input(self.count_add.node, push.node)
         GL = self.grad_loop
         pop = b.make1("StackPop", (stack,), {"elem_dtype": t.dtype,
                                              "shape": None if t.shape is None else list(t.shape)},
@@ -120,61 +115,53 @@ def loop_grad(gs, L, grads):
     GL.fwd_loop = L
     state.grad_loop = GL
     for init, tt in zip(inits, types):
-        e = b.make1("Enter", (convert(init, tt.dtype),), {"frame_name": GL.frame_name, "is_constant": False,
-                                                           "parallel_iterations": GL.parallel_iterations},
-                    ctx=G, out_ctx=GL, name=b.unique(f"{GL.frame_name}_enter"))
-        GL.enters.append(e)
-        m = b.make1("Merge", (e, e), ctx=GL, name=b.unique(f"{GL.frame_name}_merge"))
-        m.ttype = tt
-        GL.merges.append(m)
+        GL.loop.enter(convert(init, tt.dtype), tt)
     GL.pivot = GL.merges[0]
     b.ctx = GL
     try:
-        GL.loop_cond = b.make1("LoopCond", (ops_api.greater(GL.merges[0], 0),),
-                               name=b.unique(f"{GL.frame_name}_loop_cond"))
-        for m in GL.merges:
-            sw = b.make("Switch", (m, GL.loop_cond), name=b.unique(f"{GL.frame_name}_switch"))
-            GL.switches.append(sw)
-            GL.identities.append(b.make1("Identity", (sw[1],), name=b.unique(f"{GL.frame_name}_body")))
+        GL.loop_cond = GL.loop.loop_cond(ops_api.greater(GL.merges[0], 0))
+        GL.loop.iterate(GL.loop_cond)
         GL.pivot = GL.identities[0]
-        nv = len(var_ids)
-        g_vars, accs = GL.identities[1:1 + nv], GL.identities[1 + nv:]
-        seeds = {}
-        for g, k in zip(g_vars, var_ids):
-            ref = parse_input(nodes[L.next_iterations[k].node].inputs[0])
-            seeds.setdefault(f"{ref[0]}:{ref[1]}", []).append(g)
-        body = gs.sweep(L, seeds)
-        outs = []
-        for g, k in zip(g_vars, var_ids):
-            new = gs.sum_refs(body, [_ref(L.switches[k][1]), _ref(L.merges[k])])
-            outs.append(new if new is not None else ops_api.zeros_like(g))
-        for acc, e in zip(accs, caps):
-            new = gs.sum(body, _ref(e))
-            outs.append(acc if new is None else ops_api.add(acc, new))
-        state.close_sync()
-        one = convert(np.ones((), np.int64))
-        outs.insert(0, b.make1("Sub", (GL.identities[0], one), control=state.sync,
-                               name=b.unique(f"{GL.frame_name}_count")))
-        for m, t in zip(GL.merges, outs):
-            nx = b.make1("NextIteration", (t,), name=b.unique(f"{GL.frame_name}_next"))
-            GL.next_iterations.append(nx)
-            nodes[m.node].inputs[1] = nx.ref
-        b.graph._types = None
+        GL.loop.close(_grad_body(gs, state, var_ids, caps))
     finally:
         b.ctx = G
-    for sw in GL.switches:
-        GL.exits.append(b.make1("Exit", (sw[0],), ctx=GL, out_ctx=G, name=b.unique(f"{GL.frame_name}_exit")))
+    GL.loop.exit_all()
     b.loops[GL.frame_name] = GL
     for j, k in enumerate(var_ids):
         ref = parse_input(nodes[L.enters[k].node].data_inputs[0])
         grads.setdefault(f"{ref[0]}:{ref[1]}", []).append(GL.exits[1 + j])
     for c, e in enumerate(caps):
         ref = parse_input(nodes[e.node].data_inputs[0])
-        grads.setdefault(f"{ref[0]}:{ref[1]}", []).append(GL.exits[1 + nv + c])
+        grads.setdefault(f"{ref[0]}:{ref[1]}", []).append(GL.exits[1 + len(var_ids) + c])
     outer = gs.grad_loop_of(G)
     if outer is not None:
         # The next outer gradient iteration pops this loop's stacks only after this run of it is done.
         gs.loops[outer.fwd_loop.frame_name].add_sync(GL.exits[0])
+
+
+def _grad_body(gs, state, var_ids, caps):
+    """One iteration of the gradient loop: backpropagate through the forward loop's body; the next
+    values of the counter, of the variables' gradients and of the invariants' accumulators."""
+    b, nodes, L, GL = gs.b, gs.graph.nodes, state.L, state.grad_loop
+    nv = len(var_ids)
+    g_vars, accs = GL.identities[1:1 + nv], GL.identities[1 + nv:]
+    seeds = {}
+    for g, k in zip(g_vars, var_ids):
+        ref = parse_input(nodes[L.next_iterations[k].node].inputs[0])
+        seeds.setdefault(f"{ref[0]}:{ref[1]}", []).append(g)
+    body = gs.sweep(L, seeds)
+    outs = []
+    for g, k in zip(g_vars, var_ids):
+        new = gs.sum_refs(body, [_ref(L.switches[k][1]), _ref(L.merges[k])])
+        outs.append(new if new is not None else ops_api.zeros_like(g))
+    for acc, e in zip(accs, caps):
+        new = gs.sum(body, _ref(e))
+        outs.append(acc if new is None else ops_api.add(acc, new))
+    state.close_sync()
+    one = convert(np.ones((), np.int64))
+    outs.insert(0, b.make1("Sub", (GL.identities[0], one), control=state.sync,
+                           name=b.unique(f"{GL.frame_name}_count")))
+    return outs
 
 
 def cond_grad(gs, S, grads, input_refs):

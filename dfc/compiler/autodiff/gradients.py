@@ -80,13 +80,13 @@ class GradState:
         self.b, self.c0, self.graph = b, c0, b.graph
         nodes = self.graph.nodes
         self.loop_of_exit = {}
-        for L in getattr(b, "loops", {}).values():
+        for L in b.loops.values():
             if all(e.node in nodes for e in L.exits):
                 for e in L.exits:
                     self.loop_of_exit[e.node] = L
         self.cond_of_merge, self.cond_of_switch = {}, {}
-        for m, S in getattr(b, "conds", {}).items():
-            if m in nodes and getattr(S, "branches", None):
+        for m, S in b.conds.items():
+            if m in nodes and S.branches:
                 self.cond_of_merge[m] = S
                 for sw in S.switches.values():
                     if sw.node in nodes:
@@ -338,7 +338,7 @@ class GradState:
     def grad_loop_of(self, g):
         """The innermost gradient loop of this call enclosing context g, or None."""
         while g is not None and g is not self.c0:
-            L = getattr(g, "fwd_loop", None)
+            L = g.fwd_loop
             if L is not None and L.frame_name in self.loops and self.loops[L.frame_name].grad_loop is g:
                 return g
             g = g.outer
@@ -444,7 +444,7 @@ class GradState:
         G = self.c0
         c = b.ctx if self.on_chain(self.c0, b.ctx) and F is not self.c0 and F is not None else None
         while c is not None and c is not self.c0:
-            if getattr(c, "fwd_loop", None) is F or getattr(c, "fwd_branch", None) is F:
+            if c.fwd_loop is F or c.fwd_branch is F:
                 G = c
                 break
             c = c.outer

@@ -1,11 +1,11 @@
 """if_stmt and if_exp: Python `if` on Python values, dfc.cond on tensors."""
 import numpy as np
 
+from dfc.errors import DfcError
 from dfc.ir import dtypes
 from dfc.compiler.autograph import core, logical, state
 from dfc.compiler.autograph.errors import DfcLoopVariableError, DfcUnsupportedSyntaxError
 from dfc.compiler.autograph.origin import generated_caller_location
-from dfc.compiler.autograph.rollback import Mark
 
 
 def if_stmt(cond, body, orelse, get_state, set_state, names, nouts=None):
@@ -51,11 +51,12 @@ def if_exp(cond, if_true, if_false):
     def second(fn):
         return lambda: logical.lazy(fn, state.placeholder_from_spec(state.placeholder_spec(seen[-1])))
 
-    mark = Mark()
+    b = core.current_builder()
+    mark = b.mark()
     try:
         return dfc.cond(cond, first(if_true), second(if_false))
     except logical.DEFERRED_ERRORS:  # from if_true: trace if_false first
-        mark.rollback()
+        b.rollback(mark)
     return dfc.cond(logical.not_(cond), first(if_false), second(if_true))
 
 
@@ -76,15 +77,18 @@ def tensor_if(cond, body, orelse, get_state, set_state, names, loc, nouts=None):
     init = tuple(get_state())
     nouts = len(names) if nouts is None else nouts
     fixed, casts = None, {}
-    while True:
-        mark = Mark()
+    b = core.current_builder()
+    for _attempt in range(2):    # the second trace has the plans and casts of both branches
+        mark = b.mark()
         try:
             plans, outputs = _build_cond(cond, body, orelse, get_state, set_state, names[:nouts],
                                          init, fixed, casts, loc)
             break
         except state.Replan as replan:
-            mark.rollback()
+            b.rollback(mark)
             fixed, casts = replan.plans, replan.casts
+    else:
+        raise DfcError("internal: the plan of this tensor `if` did not settle after two traces", loc=loc)
     # the inputs-only variables are dead here; they get their values from before the `if`
     # rather than tensors of the branch traced last
     set_state(state.rebuild(plans, outputs) + init[nouts:])

@@ -8,7 +8,6 @@ an in-graph assertion, raised at run time only if that branch is taken.
 """
 from dfc.compiler.autograph import core
 from dfc.compiler.autograph.origin import format_loc, map_frame
-from dfc.compiler.autograph.rollback import Mark
 from dfc.errors import DfcError
 
 # Errors of the values seen while tracing, not of the program (DfcIndexError is an IndexError).
@@ -69,11 +68,12 @@ def lazy(fn, stand_in):
     dropped and the branch instead fails at run time (an in-graph Assert);
     `stand_in` (a value like the other branch's) is returned in its place.
     """
-    mark = Mark()
+    b = core.current_builder()
+    mark = b.mark()
     try:
         return fn()
     except DEFERRED_ERRORS as e:
-        mark.rollback()
+        b.rollback(mark)
         core.dfc().Assert(False, message=_deferred_message(e))
         return stand_in
 

@@ -5,9 +5,9 @@ from dfc.compiler.autograph import core, iterables, loop_scope, state, unset
 from dfc.compiler.autograph.conditionals import tensor_if
 from dfc.compiler.autograph.errors import DfcLoopVariableError, describe
 from dfc.compiler.autograph.origin import generated_caller_location
-from dfc.compiler.autograph.rollback import Mark
 from dfc.compiler.autograph.state import VarPlan
 from dfc.compiler.autograph.tensor_list import ListNeeds, TensorList
+from dfc.errors import DfcError
 
 UNROLL_WARNING = 10000
 
@@ -20,12 +20,14 @@ def while_stmt(test, body, get_state, set_state, names, opts=None):
     dfc.while_loop over the variables `names`.
     """
     loc = generated_caller_location()
+    b = core.current_builder()
     count = 0
     while True:
-        mark = Mark()
+        mark = b.mark() if b is not None else None
         cond = test()
         if core.is_tensor(cond):
-            mark.rollback()       # the loop evaluates the test again in its cond: its effects run once
+            if mark is not None:    # the loop evaluates the test again in its cond: its effects run once
+                b.rollback(mark)
             return tensor_while(test, body, get_state, set_state, names, opts, loc)
         if not cond:
             return
@@ -168,22 +170,30 @@ def tensor_while(test, body, get_state, set_state, names, opts, loc, counted=Fal
             loop.add_flag(i, flag)
     if not loop.counted and not state.dynamic_values(state.plans_for(loop.names, loop.init)):
         loop.add_counter()    # a loop of side effects only: `while v.read_value() < n: ...`
+    b = core.current_builder()
+    attempts = 0
     while True:
-        mark = Mark()
+        # Each replan gives a variable a placeholder or a list its element type or dense form,
+        # so a loop is built at most about twice per variable.
+        attempts += 1
+        if attempts > 2 * len(loop.names) + 2:
+            raise DfcError(f"internal: the plan of this tensor loop did not settle after "
+                           f"{attempts - 1} traces", loc=loc)
+        mark = b.mark()
         try:
             keys = [v.key for v in loop.init if isinstance(v, TensorList)]
             with loop_scope.LoopScope(loop.user_fns, keys, loc):
                 plans, outputs = _build_loop(loop, loc)
             break
         except state.Replan as replan:
-            mark.rollback()
+            b.rollback(mark)
             for i, plan in enumerate(replan.plans):
                 if plan.placeholder is not None:
                     loop.init[i] = state.placeholder_from_spec(plan.placeholder)
             for i in sorted(loop.created - set(loop.flags)):
                 loop.add_flag(i, core.dfc().constant(False))
         except ListNeeds as need:
-            mark.rollback()
+            b.rollback(mark)
             _rebuild_list(loop, need)
     values = list(state.rebuild(plans, outputs))
     for i, k in loop.flags.items():
@@ -231,19 +241,21 @@ def _build_loop(loop, loc):
         loop.body()
         values = list(loop.get_state())
         after = state.plans_for(names, values)
-        replan = False
+        # (`plans` and `loop` change only when the loop is replanned: dfc.while_loop may trace
+        # this body again with other dtypes)
+        replanned, created = list(plans), set()
         for i, (before, now) in enumerate(zip(plans, after)):
             if _first_set_in_loop(before, now):
                 merged = VarPlan(now.name, now.value)
                 merged.placeholder = state.placeholder_spec(now.value)
-                loop.created.add(i)
+                created.add(i)
             else:
                 merged = state.check_compatible(before, now, loc, "loop")
             if merged.placeholder is not None:
-                plans[i] = merged
-                replan = True
-        if replan:
-            raise state.Replan(plans)
+                replanned[i] = merged
+        if any(p is not q for p, q in zip(replanned, plans)):
+            loop.created |= created
+            raise state.Replan(replanned)
         _check_dtypes(plans, after, loc)
         return tuple(state.dynamic_values(plans, values))
 
