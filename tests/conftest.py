@@ -1,29 +1,65 @@
+"""The one execution-path matrix: every way dfc can run a graph, checked against the reference interpreter.
+
+A new execution path (a cluster, compiled loops, a GPU) joins by adding one entry to PATHS; every
+control-flow, random-program, autograph-differential and gradient test then checks it.
+"""
+import random
+import zlib
+
 import numpy as np
 import pytest
 
 import dfc
 from dfc import nest
+from dfc.ir.graph import Graph, Node
 
-# (executor mode, parallel_iterations, loop fusion): reference is the definition; the others must agree.
-MODES = [("reference", 1, False), ("reference", 32, False), ("threads", 1, False), ("threads", 32, False),
-         ("threads", 32, True)]
+DEVICES = ("cpu:0", "cpu:1", "cpu:2")
+
+
+def placed_randomly(graph, seed):
+    """A copy of graph with every node on a random one of DEVICES (partitioned with Send/Recv when run)."""
+    rng = random.Random(seed)
+    g = Graph(graph.signature.get("name"))
+    for n in graph.nodes.values():
+        g.add_node(Node(n.name, n.op, list(n.inputs), dict(n.attrs), rng.choice(DEVICES), n.loc))
+    g.signature = graph.signature
+    return g
+
+
+def _placed(graph):
+    return dfc.Session(placed_randomly(graph, zlib.crc32(" ".join(graph.nodes).encode())), mode="threads")
+
+
+# name -> graph -> Session. The first is the definition; all others must agree with it exactly.
+PATHS = {
+    "reference interpreter": lambda g: dfc.Session(g, mode="reference"),
+    "executor pi=1 inline": lambda g: dfc.Session(g, mode="threads", parallel_iterations=1, fuse_loops=False,
+                                                  num_threads=0),
+    "executor pi=32 pool": lambda g: dfc.Session(g, mode="threads", parallel_iterations=32, fuse_loops=False),
+    "executor fused": lambda g: dfc.Session(g, mode="threads", parallel_iterations=32, fuse_loops=True),
+    "random 3-device partition": _placed,
+}
 
 
 def run_all_modes(graph, *args, **kwargs):
-    """Run graph under every executor mode and parallel_iterations setting; all must agree exactly, in
-    their results and in the Variables they leave behind (each mode starts from the same state)."""
+    """Run graph on every execution path; all must agree exactly with the reference interpreter, in their
+    results and in the Variables they leave behind (each path starts from the same state)."""
     store = dfc.containers.get()
     before = store.snapshot()
     results, states = [], []
-    for mode, pi, fuse in MODES:
+    for make in PATHS.values():
         store.restore(before)
-        s = dfc.Session(graph, mode=mode, parallel_iterations=pi, fuse_loops=fuse)
-        results.append(s.call(*args, **kwargs))
+        results.append(make(graph).call(*args, **kwargs))
         states.append(store.snapshot())
     first = nest.flatten(results[0])
-    for (mode, pi, fuse), r, state in zip(MODES[1:], results[1:], states[1:]):
-        where = f"mode={mode} parallel_iterations={pi} fuse={fuse}"
-        for a, b in zip(first, nest.flatten(r)):
+    for where, r, state in zip(list(PATHS)[1:], results[1:], states[1:]):
+        got = nest.flatten(r)
+        assert len(got) == len(first), where
+        for a, b in zip(first, got):
+            if a is None or b is None:
+                assert a is None and b is None, (where, a, b)
+                continue
+            assert a.dtype == b.dtype and a.shape == b.shape, (where, a.dtype, a.shape, b.dtype, b.shape)
             np.testing.assert_array_equal(a, b, err_msg=where)
         assert state.keys() == states[0].keys(), where
         for name, value in state.items():

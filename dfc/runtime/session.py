@@ -1,7 +1,11 @@
 """Session: feed/fetch execution of a Graph (whitepaper §4.2).
 
 `Session(graph).run(fetches, feeds)` runs only the subgraph the fetches (and
-the graph's side-effect targets, when asked) need. Variables live in a
+the graph's side-effect targets, when asked) need. `mode="reference"` runs
+the reference interpreter (dfc/runtime/reference.py: the definition of the
+semantics, one thread, whole graph, devices ignored); `mode="threads"` (the
+default) the production executor: kernels on a pool of `num_threads`
+threads (0: every kernel inline), fused loops, partitions per device. Variables live in a
 resource container (dfc/runtime/containers.py), not in the session: by
 default the process's default container, shared by every graph and session,
 so state persists across runs, sessions and graphs; `container="name"` gives
@@ -30,8 +34,9 @@ from dfc.errors import DfcInputError, DfcError
 from dfc.ir import dtypes as dt
 from dfc.ir import structure
 from dfc.ir.graph import parse_input
-from dfc.runtime import checkpoints, containers
-from dfc.runtime.executor import Plan, Run, KernelContext, default_printer, Transport, PartitionedRun
+from dfc.runtime import checkpoints, containers, reference
+from dfc.runtime.executor import Plan, Run, KernelContext, default_printer, Transport, PartitionedRun, check_fetches
+from dfc.runtime.limits import MemoryLimit
 
 MODES = ("reference", "threads")
 
@@ -44,21 +49,26 @@ class Session:
     def __init__(self, graph, mode=None, num_threads=None, parallel_iterations=None, printer=None,
                  fuse_loops=None, device_map=None, devices=(), default_device="cpu:0", memory_caps=None,
                  track_memory=False, swap_memory=False, swap_threshold=0.5, swap_min_bytes=4096,
-                 swap_prefetch=2, container=None, checkpoint_dir=None):
+                 swap_prefetch=2, container=None, checkpoint_dir=None, memory_limit=None):
         mode = mode or default_mode()
         if mode not in MODES:
             raise DfcError(f"unknown executor mode {mode!r} (use one of {', '.join(MODES)})")
+        if mode == "reference" and (memory_caps or track_memory or swap_memory):
+            raise DfcError("the reference interpreter does not model device memory (memory_caps, track_memory, "
+                           "swap_memory); use mode='threads' (num_threads=0 runs every kernel inline)")
         self.graph, self.mode = graph, mode
-        # Loop fusion is the fast path of "threads" mode; "reference" mode never fuses.
+        # Loop fusion is the fast path of "threads" mode; the reference interpreter never fuses.
         self.fuse_loops = (mode == "threads") if fuse_loops is None else bool(fuse_loops)
         self.parallel_iterations = parallel_iterations
         self.printer = printer or default_printer
         self.container = containers.get(container).name     # where Variables without a container live
         self.checkpoint_dir = checkpoint_dir
+        # Bytes (int, or "2GB" / "512MiB") the kernels may hold at once; past it, DfcOutOfMemory.
+        self.memory_limit = MemoryLimit.of(memory_limit)
         self.run_count = 0
         self._plans = {}
         self._pool = None
-        self._num_threads = num_threads or min(4, os.cpu_count() or 2)
+        self._num_threads = min(4, os.cpu_count() or 2) if num_threads is None else int(num_threads)
         self._lock = threading.Lock()
         graph.verify()
         self.files = checkpoints.Directory(checkpoint_dir, confined=graph.from_file)
@@ -75,7 +85,7 @@ class Session:
             self.placement = place(graph, self.devices, device_map, default_device, devices)
 
     def _get_pool(self):
-        if self.mode != "threads":
+        if self._num_threads <= 0:
             return None
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -91,7 +101,7 @@ class Session:
         return p
 
     def _make_plan(self, fetches, feed_names, targets):
-        kw = dict(parallel_iterations=self.parallel_iterations, fuse=self.fuse_loops)
+        kw = dict(parallel_iterations=self.parallel_iterations, fuse=self.fuse_loops, memory_limit=self.memory_limit)
         if self.placement is None:
             return Plan(self.graph, fetches, feed_names, targets, **kw)
         from dfc.runtime import partition as pt
@@ -117,7 +127,7 @@ class Session:
         mem = device.memory if device is not None else None
         return KernelContext(self._container, self.run_count, self.printer, memory=mem,
                              swapper=self._swapper(device) if mem is not None else None, device=device,
-                             files=self.files)
+                             files=self.files, memory_limit=self.memory_limit)
 
     def _container(self, name):
         return containers.get(name or self.container)
@@ -171,6 +181,12 @@ class Session:
         for name in list(feeds):
             t = types[name][0]
             feeds[name] = convert_input(feeds[name], t.dtype, t.shape, name)
+        if self.mode == "reference":
+            with self._lock:
+                self.run_count += 1
+                values = reference.run(self.graph, flat, feeds, tuple(targets), self._context(None))
+            check_fetches(self.graph, flat, values)
+            return nest.pack_sequence_as(fetches, [_to_numpy(v) for v in values])
         plan = self.plan(flat, feeds.keys(), tuple(targets))
         with self._lock:
             self.run_count += 1

@@ -9,6 +9,7 @@ import pytest
 
 import dfc
 from dfc.compiler.autograph import function
+from tests.conftest import run_all_modes
 
 CASES = []
 
@@ -1075,5 +1076,6 @@ def test_matches_python(fn, arg_sets, capsys):
     converted = function(fn)
     for args in arg_sets:
         expected = fn(*[_py(a) for a in args])
-        actual = converted(*args)
+        graph, inputs = converted.concrete(*args)
+        actual = run_all_modes(graph, *inputs)          # every execution path, checked against the reference
         _check(actual, expected)

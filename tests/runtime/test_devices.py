@@ -68,8 +68,8 @@ def chain(x):
 def test_accel_counts_each_tensor_until_its_last_consumer():
     g = dfc.trace(chain, V1000)
     x = np.ones(1000, np.float32)
-    for mode in ("reference", "threads"):
-        s = dfc.Session(g, mode=mode)
+    for threads in (0, 4):                     # the executor with every kernel inline, and with its pool
+        s = dfc.Session(g, num_threads=threads)
         assert float(s.call(x)) == 3000.0
         st = s.memory_stats()["accel:0"]
         # x and y (4000 bytes each) are alive together, then y and z; never all three. The 4-byte
@@ -77,7 +77,7 @@ def test_accel_counts_each_tensor_until_its_last_consumer():
         assert 8000 <= st["peak"] < 8040, st
         assert st["in_use"] == 0
         with pytest.raises(dfc.DfcOutOfMemory, match="out of memory") as e:
-            dfc.Session(g, mode=mode, memory_caps={"accel:0": 7000}).call(x)
+            dfc.Session(g, num_threads=threads, memory_caps={"accel:0": 7000}).call(x)
         assert e.value.node in ("mul", "add")
 
 
@@ -89,7 +89,7 @@ def test_loop_memory_is_freed_every_iteration():
     x = np.ones(1000, np.float32)
     peaks = []
     for n in (2, 40):
-        s = dfc.Session(g, mode="reference", parallel_iterations=1)
+        s = dfc.Session(g, num_threads=0, parallel_iterations=1)
         s.call(x, np.int64(n))
         peaks.append(s.peak_bytes()["accel:1"])
     assert peaks[0] == peaks[1] < 6 * 4000
@@ -118,7 +118,7 @@ def test_variables_stay_counted_between_runs():
             w.assign_add(x)
             return w.read_value() * 1.0
     g = dfc.trace(f, dfc.TensorSpec([500], "float32"))
-    s = dfc.Session(g, mode="reference")
+    s = dfc.Session(g, num_threads=0)
     s.call(np.ones(500, np.float32))
     out = s.call(np.ones(500, np.float32))
     assert float(out.sum()) == 1000.0

@@ -1,8 +1,8 @@
-"""Every control-flow program of the core suites, with its nodes placed at random over three devices,
-gives exactly the results of one device (reference and threads executors)."""
+"""Every control-flow program of the core suites, with its nodes placed at random over three devices
+(several placements per program, beyond the one of the conftest matrix), gives exactly the results of
+the reference interpreter (inline and pooled executors)."""
 import inspect
 import pathlib
-import random
 import sys
 from unittest import mock
 
@@ -12,36 +12,23 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 
 import dfc
 from dfc import nest
-from dfc.ir.graph import Graph, Node
+from tests.conftest import placed_randomly
 from tests.runtime import test_control_flow, test_state, test_random_programs as trp
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "compiler"))
 import _gradcheck
 from tests.compiler import test_grad_control_flow as grad_programs
 
-DEVICES = ("cpu:0", "cpu:1", "cpu:2")
-
-
-def placed_randomly(graph, seed):
-    """A copy of graph with every node on a random one of DEVICES."""
-    rng = random.Random(seed)
-    g = Graph(graph.signature.get("name"))
-    for n in graph.nodes.values():
-        g.add_node(Node(n.name, n.op, list(n.inputs), dict(n.attrs), rng.choice(DEVICES), n.loc))
-    g.signature = graph.signature
-    return g
-
-
 def runner(seed):
     """A stand-in for run_all_modes: one device is the definition, random placements must agree."""
     def run(graph, *args, **kwargs):
         want = dfc.Session(graph, mode="reference").call(*args, **kwargs)
-        for k, (mode, pi) in enumerate([("reference", 32), ("threads", 4)]):
+        for k, (threads, pi) in enumerate([(0, 32), (4, 4)]):
             g = placed_randomly(graph, seed * 7 + k)
-            s = dfc.Session(g, mode=mode, parallel_iterations=pi)
+            s = dfc.Session(g, mode="threads", num_threads=threads, parallel_iterations=pi)
             got = s.call(*args, **kwargs)
             for a, b in zip(nest.flatten(want), nest.flatten(got)):
-                np.testing.assert_array_equal(a, b, err_msg=f"mode={mode} seed={seed}")
+                np.testing.assert_array_equal(a, b, err_msg=f"threads={threads} seed={seed}")
         return want
     return run
 

@@ -46,16 +46,16 @@ def lstm_inputs(steps):
 def lstm():
     args = lstm_inputs(T)
     want = dfc.Session(lstm_graph(False, "cpu:0")).call(*args)
-    s = dfc.Session(lstm_graph(False), mode="reference", parallel_iterations=4)
+    s = dfc.Session(lstm_graph(False), num_threads=0, parallel_iterations=4)
     np.testing.assert_array_equal(s.call(*args)[0], want[0])
     return args, want, s.peak_bytes()["accel:0"]
 
 
-@pytest.mark.parametrize("mode", ["reference", "threads"])
-def test_lstm_step_that_overflows_the_accelerator_completes_with_swapping(lstm, mode):
+@pytest.mark.parametrize("threads", [0, 4])
+def test_lstm_step_that_overflows_the_accelerator_completes_with_swapping(lstm, threads):
     args, want, peak = lstm
     cap = int(peak * 0.6)
-    kw = dict(mode=mode, parallel_iterations=4, memory_caps={"accel:0": cap}, swap_threshold=0.3,
+    kw = dict(num_threads=threads, parallel_iterations=4, memory_caps={"accel:0": cap}, swap_threshold=0.3,
               swap_min_bytes=B * H * 4)
     with pytest.raises(dfc.DfcOutOfMemory, match="accel:0 out of memory"):
         dfc.Session(lstm_graph(False), **kw).call(*args)
@@ -73,7 +73,7 @@ def test_lstm_step_that_overflows_the_accelerator_completes_with_swapping(lstm, 
 def test_runtime_option_swaps_every_stack_and_min_size_keeps_small_tensors(lstm):
     args, want, peak = lstm
     cap = int(peak * 0.6)
-    kw = dict(mode="reference", parallel_iterations=4, memory_caps={"accel:0": cap}, swap_threshold=0.3)
+    kw = dict(num_threads=0, parallel_iterations=4, memory_caps={"accel:0": cap}, swap_threshold=0.3)
     s = dfc.Session(lstm_graph(False), swap_memory=True, swap_min_bytes=B * H * 4, **kw)   # loop without swap
     np.testing.assert_array_equal(s.call(*args)[1], want[1])
     with pytest.raises(dfc.DfcOutOfMemory):         # B x H tensors are "small": only B x 4H ones may go

@@ -82,10 +82,15 @@ class Function:
     def __call__(self, *args, **kwargs):
         if core.current_builder() is not None:
             return self.converted_python_function()(*args, **kwargs)
+        graph, inputs = self.concrete(*args, **kwargs)
+        return graph(*inputs)
+
+    def concrete(self, *args, **kwargs):
+        """(the Graph a call with these arguments runs, its flat input values): `f(*args)` is
+        `graph(*inputs)`. Traces on the first call with a new signature, like a call."""
         call_args, call_kwargs = self._bind(args, kwargs)
         key, trace_args, trace_kwargs, inputs = self._prepare(call_args, call_kwargs, values=True)
-        graph = self._graph(key, trace_args, trace_kwargs)
-        return graph(*inputs)
+        return self._graph(key, trace_args, trace_kwargs), inputs
 
     def trace(self, *args, **kwargs):
         """The Graph for these TensorSpecs (graph inputs) and Python values (static)."""
