@@ -430,10 +430,14 @@ def _build_loop(b, call, types):
             ctx.token = ctx.merges[-1]
         ctx.loop_cond = ctx.loop.loop_cond(_condition(b, call, ctx, limit))
         _start_iteration(call, ctx, types)
-        ctx.loop.close(_next_values(b, call, ctx, types))
+        nexts = _next_values(b, call, ctx, types)
+        ctx.loop.close(nexts)
     finally:
         b.ctx = outer
-    return ctx, _exit(b, call, ctx, types)
+    # A variable that started as a Python scalar stays weak only if the body kept it weak: `s = 0;
+    # s += x` with a float32 x is a float32 result, like any float32 tensor.
+    weak = [w and t.weak for w, t in zip(call.weak, nexts)]
+    return ctx, _exit(b, call, ctx, types, weak)
 
 
 def _initial_values(b, call, types, ctx):
@@ -540,11 +544,11 @@ def _body_outputs(b, call, ctx, types, oflat):
     return outs
 
 
-def _exit(b, call, ctx, types):
-    """An Exit for every variable; the loop's results in the structure of loop_vars."""
+def _exit(b, call, ctx, types, weak):
+    """An Exit for every variable (weakly typed where `weak` says); the loop's results."""
     exits = ctx.loop.exit_all()
-    for ex, weak in zip(exits, call.weak):
-        ex.weak = weak
+    for ex, w in zip(exits, weak):
+        ex.weak = w
     if types.token:
         b.last_effect[ctx.outer] = exits[-1].node
     b.loops[ctx.frame_name] = ctx

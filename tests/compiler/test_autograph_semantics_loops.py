@@ -647,3 +647,34 @@ def test_side_effects_in_a_tensor_while_test_run_once_per_evaluation(capsys):
 
     assert int(f(np.int64(2))) == 2
     assert capsys.readouterr().out.split("\n")[:-1] == ["test 0", "test 1", "test 2"]   # as in Python
+
+
+def test_a_weak_loop_variable_that_met_a_float32_is_float32_after_the_loop():
+    @dfc.function
+    def nested(x, n):
+        s0 = 0
+        i = 0
+        while i < n:
+            s1 = 0
+            j = 0
+            while j < n:
+                s1 += x             # s1 settles to float32: a strong float32 after its loop
+                j += 1
+            s0 += s1                # weak int meets float32: float32, as in Python's s0 = 0 rules
+            i += 1
+        return s0, s1
+
+    s0, s1 = nested(np.float32(1.5), np.int64(3))
+    assert s0.dtype == np.float32 and s1.dtype == np.float32
+    assert float(s0) == 13.5
+
+    @dfc.function
+    def count(n):
+        s = 0
+        i = 0
+        while i < n:
+            s += 1                  # stays weak: Python ints only
+            i += 1
+        return s * np.float32(0.5)  # a weak int meets float32: float32
+
+    assert count(np.int64(4)).dtype == np.float32
