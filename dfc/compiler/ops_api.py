@@ -50,15 +50,21 @@ def operands(x, y):
     elif xt and yt:
         d = dt.promote(x.dtype, y.dtype)
     elif xt:
-        d = _weak_to(y, x.dtype) if is_weak(y) and not x.weak else \
-            dt.promote(x.dtype, const_array(y).dtype.name) if not is_weak(y) else _weak_pair(x, y)
+        d = _meet(x, y)
     elif yt:
-        d = _weak_to(x, y.dtype) if is_weak(x) and not y.weak else \
-            dt.promote(const_array(x).dtype.name, y.dtype) if not is_weak(x) else _weak_pair(y, x)
+        d = _meet(y, x)
     else:
         x, y = convert(x), convert(y)
         d = dt.promote(x.dtype, y.dtype)
     return _as(x, d), _as(y, d)
+
+
+def _meet(t, v):
+    """The dtype when tensor `t` meets the non-tensor `v`: the weakly typed side takes the other's."""
+    if is_weak(v):
+        return _weak_pair(t, v) if t.weak else _weak_to(v, t.dtype)
+    strong = const_array(v).dtype.name          # a numpy scalar or array is strongly typed
+    return _weak_to(_weak_value(t), strong) if t.weak else dt.promote(t.dtype, strong)
 
 
 def _weak_pair(t, v):
