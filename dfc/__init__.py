@@ -45,8 +45,9 @@ _ALIASES = {"sum": "reduce_sum", "mean": "reduce_mean", "max": "reduce_max", "mi
 
 
 def run(graph, *args, **kwargs):
-    """Run a Graph with its inputs (same as graph(*args))."""
-    return graph(*args, **kwargs)
+    """Run a Graph with its inputs (same as graph(*args)), in the one Session cached for the graph."""
+    from dfc.runtime.session import session_for
+    return session_for(graph).call(*args, **kwargs)
 
 
 def __getattr__(name):

@@ -4,8 +4,6 @@ A node's inputs are tensor references "node:port" (":0" may be omitted) and
 control inputs "^node". Node names are unique; the graph keeps nodes in
 creation order, which is also the order of the JSON file.
 """
-import threading
-
 from dfc.errors import DfcGraphError, DfcTypeError
 from dfc.ir import ops as opreg
 from dfc.ir.dtypes import TType
@@ -57,8 +55,6 @@ class Graph:
     def __init__(self, name="graph"):
         self.nodes = {}
         self.signature = {"name": name, "inputs": [], "outputs": None, "targets": []}
-        self._session = None
-        self._session_lock = threading.Lock()
         self._types = None
         self.from_file = False     # loaded from JSON: not trusted to choose checkpoint paths
 
@@ -314,12 +310,9 @@ class Graph:
         return graph_text(self)
 
     def __call__(self, *args, **kwargs):
-        if self._session is None:
-            with self._session_lock:      # concurrent first calls share one session
-                if self._session is None:
-                    from dfc.runtime.session import Session
-                    self._session = Session(self)
-        return self._session.call(*args, **kwargs)
+        """Run the graph on its inputs: `dfc.run(graph, ...)` (the runtime; dfc.ir never imports it)."""
+        import dfc
+        return dfc.run(self, *args, **kwargs)
 
     def __repr__(self):
         return f"<dfc.Graph {self.signature.get('name')!r} with {len(self.nodes)} nodes>"

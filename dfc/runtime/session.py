@@ -26,6 +26,7 @@ each device's partition runs on its own thread, talking through Send/Recv.
 """
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -237,6 +238,21 @@ class Session:
         leaves = structure.leaves(sig.get("outputs"))
         refs = [leaf["ref"] for leaf in leaves]
         return self.run(refs, feeds, targets=tuple(sig.get("targets", [])))
+
+
+_sessions = weakref.WeakKeyDictionary()     # graph -> the Session that runs `graph(...)` calls
+_sessions_lock = threading.Lock()
+
+
+def session_for(graph):
+    """The Session `graph(...)` and `dfc.run(graph, ...)` use: made once, even by concurrent first calls."""
+    s = _sessions.get(graph)
+    if s is None:
+        with _sessions_lock:
+            s = _sessions.get(graph)
+            if s is None:
+                s = _sessions[graph] = Session(graph)
+    return s
 
 
 def _to_numpy(v):
