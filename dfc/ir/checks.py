@@ -33,10 +33,75 @@ def check_port(src, port, ref, node):
 
 
 def check_graph(g, frame_of, parent, consumers, types):
+    check_next_iterations(g, frame_of, consumers)
+    check_frame_cycles(g, frame_of)
     check_enters(g, consumers)
     check_loop_liveness(g, frame_of, parent)
     check_handles(g, types)
     check_signature(g, g.signature, frame_of, parent, types)
+
+
+def check_next_iterations(g, frame_of, consumers):
+    """A NextIteration passes a value to the next iteration of its own frame: its Merge is in that frame."""
+    for n in g.nodes.values():
+        if n.op == "NextIteration":
+            for u, _ in consumers[n.name]:
+                if frame_of[u] != frame_of[n.name]:
+                    raise DfcGraphError(f"NextIteration of frame {frame_of[n.name]!r} feeds the Merge {u!r} of "
+                                        f"frame {frame_of[u]!r}", node=n.name)
+
+
+def check_frame_cycles(g, frame_of):
+    """Seen from its parent frame, a loop is one node: its Enters are its inputs, its Exits its outputs.
+    That graph must be acyclic: a loop cannot start from a value computed from its own result (the
+    per-iteration check of topo_order misses a cycle that goes round through a NextIteration)."""
+    def frame(name):
+        return ("frame", name)
+
+    users, indeg = {}, {}
+    for n in g.nodes.values():
+        dst = frame(n.attrs["frame_name"]) if n.op == "Enter" else n.name
+        indeg.setdefault(dst, 0)
+        for ref in n.inputs:
+            src = _parse(ref)[0]
+            op = g.nodes[src].op
+            if op == "NextIteration" and n.op == "Merge":
+                continue      # the loop's back edge
+            a = frame(frame_of[src]) if op == "Exit" else src
+            users.setdefault(a, []).append(dst)
+            indeg[dst] = indeg.get(dst, 0) + 1
+            indeg.setdefault(a, 0)
+    ready = [x for x, d in indeg.items() if d == 0]
+    done = 0
+    while ready:
+        x = ready.pop()
+        done += 1
+        for u in users.get(x, ()):
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready.append(u)
+    if done != len(indeg):
+        cycle = _a_cycle({x for x, d in indeg.items() if d > 0}, users)
+        frames = [x[1] for x in cycle if isinstance(x, tuple)]
+        nodes = [x for x in cycle if isinstance(x, str)]
+        raise DfcGraphError(f"loop frame {frames[0]!r} needs, to start, a value computed from its own result "
+                            f"(through {', '.join(nodes[:6])})" if frames else f"cycle among {nodes[:8]}",
+                            node=nodes[0] if nodes else None)
+
+
+def _a_cycle(stuck, users):
+    """The vertices of one cycle among `stuck` (what Kahn's algorithm could not order)."""
+    preds = {}
+    for a, us in users.items():
+        if a in stuck:
+            for u in us:
+                if u in stuck:
+                    preds.setdefault(u, []).append(a)
+    x, seen = min(stuck, key=str), []
+    while x not in seen:      # every stuck vertex has a stuck predecessor: walking back must repeat
+        seen.append(x)
+        x = preds[x][0]
+    return seen[seen.index(x):][::-1]
 
 
 # ------------------------------------------------------------------ Enter
@@ -170,18 +235,32 @@ def check_loop_liveness(g, frame_of, parent):
             guard[n.name] = (base - inner) | (frozenset() if clean else {("?", n.name, None)})
         else:
             guard[n.name] = base
+    enters = {}
     for n in g.nodes.values():
-        if n.op != "NextIteration":
+        if n.op == "Enter":
+            enters.setdefault(n.attrs["frame_name"], n.name)
+    for f, name in enters.items():
+        if f not in transfers and len(loop_conds.get(f, [])) != 1:
+            raise DfcGraphError(f"loop frame {f!r} has {len(loop_conds.get(f, []))} LoopCond nodes; a loop has "
+                                f"exactly one (its predicate)", node=name)
+    for n in g.nodes.values():
+        if n.op not in ("NextIteration", "Exit"):
             continue
         frame = frame_of[n.name]
-        lcs = loop_conds.get(frame, [])
-        if len(lcs) != 1 or frame in transfers:
-            continue     # not a loop the fused executor runs either: the tagged-frame rules alone apply
+        if frame == ROOT_FRAME:
+            raise DfcGraphError(f"{n.op} outside any loop frame", node=n.name)
+        if frame in transfers:
+            continue     # liveness crosses devices: the tagged-frame rules alone apply
+        lc = loop_conds[frame][0]
         src, port, _ = _parse(n.inputs[0])
         inner = {a for a in out_guard(src, port) if inside(out_frame(a[1] if a[0] == "?" else a[0]), frame)}
-        if inner != {(lcs[0], 0, 1)}:
+        if n.op == "Exit" and inner != {(lc, 0, 0)}:
+            raise DfcGraphError(f"an Exit passes a loop's result on once, when the loop stops, but its value "
+                                f"{src!r} is not the loop Switch's false output (the value when {lc!r} is false)",
+                                node=n.name)
+        if n.op == "NextIteration" and inner != {(lc, 0, 1)}:
             why = ("it is live even when the loop stops (take it from the loop Switch's true output)"
-                   if (lcs[0], 0, 1) not in inner else
+                   if (lc, 0, 1) not in inner else
                    "it may be dead while the loop goes on (it comes from one branch of a cond: Merge both "
                    "branches)")
             raise DfcGraphError(f"the value passed to the next iteration from {src!r}: {why}", node=n.name)

@@ -627,6 +627,8 @@ def _merge_infer(attrs, ins):
 
 def _loopcond_infer(attrs, ins):
     _require("LoopCond", ins[0], ("bool",), "predicate")
+    if ins[0].shape not in (None, ()):
+        raise DfcTypeError(f"LoopCond predicate must be a scalar, got shape {dt.format_shape(ins[0].shape)}")
     return [TType("bool", ())]
 
 

@@ -25,6 +25,7 @@ crosses devices (§4.4). On a device that accounts memory, every live array is
 reference counted from the node that makes it until its last consumer is done.
 """
 import collections
+import contextlib
 import queue
 import sys
 
@@ -474,7 +475,7 @@ class Run:
                 self._propagate(i, it, None, ready)
             else:
                 v = st[2]
-                taken = bool(st[3])
+                taken = predicate(st[3], self.p.nodes[i])
                 self._propagate(i, it, (DEAD, v) if taken else (v, DEAD), ready, ports_may_be_dead=True)
         elif k == MERGE:
             outs = None if st[1] else (st[2], np.int32(st[3]))
@@ -703,6 +704,16 @@ class Run:
                 self._collect_pending(sub, names)
 
 
+def predicate(v, node):
+    """The truth of a Switch predicate, which must be one bool (a loaded graph's types may say it is)."""
+    try:
+        return bool(v)
+    except (ValueError, TypeError):
+        raise DfcRuntimeError(f"{node.op} predicate must be a scalar bool, got "
+                              f"{getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', ()))}",
+                              node=node.name, loc=node.loc) from None
+
+
 def _declared_types(graph, fetches):
     """The static type of each fetch, or None where the graph's types cannot be inferred."""
     try:
@@ -756,7 +767,7 @@ class PartitionedRun:
 
         def work(name, run):
             try:
-                with run.p.device.run_context() if run.p.device is not None else _nullcontext():
+                with run.p.device.run_context() if run.p.device is not None else contextlib.nullcontext():
                     results[name] = run.execute()
                 coord.finish(name)
             except Aborted:
@@ -784,11 +795,3 @@ class PartitionedRun:
             raise DfcDeadlockError("partitions stopped before the fetches were computed; nodes still waiting: "
                                    + ("; ".join(waits) or "none"), node=first)
         return [results[d][k] for d, k in self.fetch_order]
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

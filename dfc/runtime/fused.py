@@ -73,6 +73,8 @@ class FrameProgram:
             srcs = [p.kind[s] for s, _ in p.ins[m]]
             if sorted(srcs) != sorted([ENTER, NEXT]) or p.ins[m][0][0] not in enters:
                 raise NotFusable("loop Merge must take (Enter, NextIteration)")
+            if any(p.out_edges[m][1:]):
+                raise NotFusable("a loop Merge's value_index is used (only its value is a local here)")
         for sw in switches:
             for dst, _ in p.out_edges[sw][0]:
                 if p.kind[dst] != EXIT:
@@ -168,6 +170,7 @@ class FrameProgram:
         for it in pre:
             self._gen_item(L, ind, it, maybe_dead, switches, merges, producer, child_programs)
         pred = self._ref(p.ins[lc][0], switches, merges, producer)
+        w(f"{ind}_n = {lc}")        # a predicate that is not one bool fails below: name the LoopCond
         w(f"{ind}if {pred} is DEAD:")
         w(f"{ind}    return [DEAD] * {len(exits)}")
         w(f"{ind}if not {pred}:")
@@ -247,6 +250,7 @@ class FrameProgram:
         outs = [f"v{i}_{k}" for k in range(max(nout, 1))]   # a zero-output node gets a liveness marker
         if kind == SWITCH:
             d, pr = args
+            w(f"{ind}_n = {i}")
             w(f"{ind}if {d} is DEAD or {pr} is DEAD:")
             w(f"{ind}    {outs[0]} = {outs[1]} = DEAD")
             w(f"{ind}elif {pr}:")

@@ -502,3 +502,57 @@ def test_a_loaded_graph_gives_the_traced_graph_results_in_every_mode():
         for k in want:
             np.testing.assert_array_equal(got[k], want[k])
             assert got[k].dtype == want[k].dtype
+
+
+# ------------------------------------------------------------------ what the fuzzer (test_fuzz_load.py) found
+
+
+def _set_const(d, name, value):
+    node(d, name)["attrs"]["value"] = serialize.encode_tensor(np.asarray(value))
+
+
+@pytest.mark.parametrize("case", ["next_iteration_into_another_frame", "loop_fed_by_its_own_result",
+                                  "exit_not_from_the_loop_switch", "two_loop_conds", "non_scalar_loop_predicate"])
+def test_malformed_loops_are_rejected_at_load(case):
+    d = doc()
+    if case == "next_iteration_into_another_frame":
+        node(d, "while_1_next_1")["inputs"] = ["add:0"]      # an iteration of `while` feeding loop `while_1`
+        name, match = "while_1_next_1", "feeds the Merge"
+    elif case == "loop_fed_by_its_own_result":
+        node(d, "while_enter_1")["inputs"] = ["while_1_exit_1:0"]   # while_1 itself waits for while's result
+        name, match = None, "computed from its own result"
+    elif case == "exit_not_from_the_loop_switch":
+        node(d, "while_exit_1")["inputs"] = ["while_enter_3:0"]     # would leave the loop in every iteration
+        name, match = "while_exit_1", "loop Switch's false output"
+    elif case == "two_loop_conds":
+        add_node(d, "lc2", "LoopCond", ["less"])
+        name, match = "while_enter", "2 LoopCond"
+    else:
+        _set_const(d, "const_6", np.array([3, 3]))
+        name, match = "while_1_loop_cond", "scalar"
+    e = rejected(d, node_name=name, match=match)
+    assert isinstance(e, (dfc.DfcGraphError, dfc.DfcTypeError))
+
+
+def test_a_predicate_that_is_not_one_bool_at_run_time_is_an_error_in_every_mode():
+    # i + [] has static shape [0]; the loop variable's shape is then unknown, and so is the predicate's.
+    d = doc()
+    _set_const(d, "const_4", np.zeros(0, np.int64))
+    g = dfc.loads(json.dumps(d))
+    for kw in MODES:
+        with pytest.raises(dfc.DfcRuntimeError, match="truth value|scalar bool"):
+            dfc.Session(g, **kw).call(np.float32(1), np.int64(3))
+
+
+def test_a_loop_merge_value_index_gives_the_same_result_fused():
+    # j += value_index of its loop Merge (0 in the first iteration, 1 after): the fused loop used to fail
+    # with a NameError (it keeps only the Merge's value); now such a frame is not fused.
+    d = doc()
+    add_node(d, "vi", "Cast", ["while_1_merge:1", "^while_1_body"], dtype="int64")
+    node(d, "add_2")["inputs"] = ["while_1_body:0", "vi:0"]
+    g = dfc.loads(json.dumps(d))
+    results = [dfc.Session(g, **kw).call(np.float32(1), np.int64(3)) for kw in MODES]
+    want = loop_graph()(np.float32(1), np.int64(3))
+    s = float(want["t"] - 1) / 3          # the loop adds s three times; now four
+    for r in results:
+        assert float(r["t"]) == pytest.approx(1 + 4 * s) and int(r["i"]) == 3
