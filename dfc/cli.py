@@ -254,12 +254,21 @@ def _parse_device_map(items):
 @main.command("show")
 @click.argument("graph_file", type=click.Path(dir_okay=False))
 @click.option("--partitions", is_flag=True, help="Print the per-device graphs with their Send/Recv nodes.")
+@click.option("--fused", is_flag=True, help="Print the Python generated for each fused loop frame.")
 @click.option("--device-map", "device_map", multiple=True, metavar="FROM=TO", help="As for `dfc run`.")
-def show_cmd(graph_file, partitions, device_map):
+def show_cmd(graph_file, partitions, fused, device_map):
     """Print one line per node."""
     from dfc.ir.serialize import load
     dmap = _parse_device_map(device_map)
     g = load(graph_file)
+    if fused:
+        from dfc.runtime.session import Session
+        frames = Session(g).fused_frames()
+        for name, source in frames.items():
+            click.echo(f"# ---- frame {name}\n{source}")
+        if not frames:
+            click.echo("# the graph has no loop frames")
+        return
     if not partitions:
         click.echo(g.text())
         return

@@ -38,6 +38,7 @@ from dfc.ir.graph import ROOT_FRAME, parse_input
 from dfc.runtime import checkpoints, containers
 from dfc.runtime.kernels import kernel_for
 from dfc.runtime.limits import kernel_error, limit_kernel
+from dfc.runtime.values import DEAD
 
 NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, SEND, RECV = range(8)
 _XFER = {"Send": SEND, "Recv": RECV}
@@ -46,15 +47,6 @@ _KIND = {"switch": SWITCH, "merge": MERGE, "enter": ENTER, "exit": EXIT, "next_i
 HEAVY_ELEMENTS = 16384   # below this many input elements a heavy kernel still runs inline
 
 
-class _Dead:
-    __slots__ = ()
-
-    def __repr__(self):
-        return "DEAD"
-
-
-DEAD = _Dead()
-LIVE = True
 FIRED = ()   # marks a Merge that already fired in an iteration
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from dfc.errors import DfcError, DfcRuntimeError
 from dfc.ir.graph import parse_input
 from dfc.runtime.limits import kernel_error
+from dfc.runtime.values import DEAD
 
 NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT = range(6)
 _TAGGED_OPS = frozenset({"RandomUniform", "RandomNormal"})   # kernels that read ctx.tag
@@ -23,6 +24,24 @@ _PASS_THROUGH = frozenset({"Identity", "StopGradient", "LoopCond"})
 
 class NotFusable(Exception):
     pass
+
+
+class FrameAnalysis:
+    """What code generation needs to know about one loop frame (node indices of the Plan).
+
+    enters, merges (loop Merges), exits: the frame's Figure 4 nodes; switches: loop Switch -> its
+    Merge; loop_cond: the LoopCond; order: the items ("node", i) / ("frame", child fid) in
+    dependency order; body: the items that run only when the loop goes on; maybe_dead: the items
+    whose inputs a cond may make dead; producer: a child frame's Exit -> that child's item;
+    child_programs: child fid -> its generated function's name; tagged: a kernel reads ctx.tag;
+    inplace: Add node -> (loop Merge, slot) of an accumulator that may add into its own buffer.
+    """
+    __slots__ = ("fid", "fname", "enters", "merges", "switches", "exits", "loop_cond", "order", "body",
+                 "maybe_dead", "producer", "child_programs", "tagged", "inplace")
+
+    def __init__(self, *values):
+        for name, value in zip(self.__slots__, values, strict=True):
+            setattr(self, name, value)
 
 
 class FrameProgram:
@@ -40,7 +59,7 @@ class FrameProgram:
         self._emit_frame(fid, "run", 0)
         src = "\n".join(self.lines)
         self.source = src
-        env = {"DEAD": plan_dead(), "np": np}
+        env = {"DEAD": DEAD, "np": np}
         env.update(self.helpers)
         exec(compile(src, f"<dfc fused frame {plan.frame_names[fid]}>", "exec"), env)   # noqa: S102
         self.fn = env["run"]
@@ -123,8 +142,8 @@ class FrameProgram:
                     maybe_dead.add(it)
                     break
         tagged = any(p.nodes[i].op in _TAGGED_OPS for i in members)
-        self._gen(fid, fname, enters, merges, switches, exits, lc, order, body, maybe_dead, producer,
-                  child_programs, tagged)
+        self._gen(FrameAnalysis(fid, fname, enters, merges, switches, exits, lc, order, body, maybe_dead,
+                                producer, child_programs, tagged, self._accumulators(merges, switches)))
 
     def _child_frames(self, fid):
         return self.index.children[fid]
@@ -144,45 +163,44 @@ class FrameProgram:
         return f"{base}{self._counter}"
 
     # ------------------------------------------------------------------ code generation
-    def _gen(self, fid, fname, enters, merges, switches, exits, lc, order, body, maybe_dead, producer,
-             child_programs, tagged):
+    def _gen(self, a):
+        """The function `a.fname(ctx, kern, enters, tag)` running frame `a.fid`'s iterations."""
         p = self.plan
         L = []
         w = L.append
-        w(f"def {fname}(ctx, kern, enters, tag):")
+        w(f"def {a.fname}(ctx, kern, enters, tag):")
         w("    _n = -1")
         w("    try:")
-        for k, e in enumerate(enters):
+        for k, e in enumerate(a.enters):
             w(f"        v{e}_0 = enters[{k}]")
-        for m in merges:
+        for m in a.merges:
             w(f"        v{m}_0 = v{p.ins[m][0][0]}_0")
-        self.inplace = self._accumulators(merges, switches)
-        for m, _ in self.inplace.values():
+        for m, _ in a.inplace.values():
             w(f"        own{m} = False")
         w("        k = 0")
         w("        while True:")
-        w(f"            _t = tag + ({fid}, k)")
-        if tagged:
+        w(f"            _t = tag + ({a.fid}, k)")
+        if a.tagged:
             w("            ctx.tag = _t")
         ind = "            "
-        pre = [it for it in order if it not in body]
-        post = [it for it in order if it in body]
-        for it in pre:
-            self._gen_item(L, ind, it, maybe_dead, switches, merges, producer, child_programs)
-        pred = self._ref(p.ins[lc][0], switches, merges, producer)
-        w(f"{ind}_n = {lc}")        # a predicate that is not one bool fails below: name the LoopCond
+        for it in a.order:
+            if it not in a.body:
+                self._gen_item(L, ind, it, a)
+        pred = self._ref(p.ins[a.loop_cond][0], a)
+        w(f"{ind}_n = {a.loop_cond}")        # a predicate that is not one bool fails below: name the LoopCond
         w(f"{ind}if {pred} is DEAD:")
-        w(f"{ind}    return [DEAD] * {len(exits)}")
+        w(f"{ind}    return [DEAD] * {len(a.exits)}")
         w(f"{ind}if not {pred}:")
-        w(f"{ind}    return [{', '.join(f'v{switches[p.ins[e][0][0]]}_0' for e in exits)}]")
-        for it in post:
-            self._gen_item(L, ind, it, maybe_dead, switches, merges, producer, child_programs)
+        w(f"{ind}    return [{', '.join(f'v{a.switches[p.ins[e][0][0]]}_0' for e in a.exits)}]")
+        for it in a.order:
+            if it in a.body:
+                self._gen_item(L, ind, it, a)
         nexts = []
-        for m in merges:
+        for m in a.merges:
             nx = [s for s, _ in p.ins[m] if p.kind[s] == NEXT][0]
-            nexts.append(self._ref(p.ins[nx][0], switches, merges, producer))
-        if merges:
-            w(f"{ind}{', '.join(f'v{m}_0' for m in merges)}, = {', '.join(nexts)},")
+            nexts.append(self._ref(p.ins[nx][0], a))
+        if a.merges:
+            w(f"{ind}{', '.join(f'v{m}_0' for m in a.merges)}, = {', '.join(nexts)},")
         w(f"{ind}k += 1")
         w("    except Exception as _e:")
         w("        raise _wrap(_n, _e) from None")
@@ -214,27 +232,29 @@ class FrameProgram:
             out[add] = (m, slot)
         return out
 
-    def _ref(self, src_port, switches, merges, producer):
+    def _ref(self, src_port, a):
+        """The local variable holding output `src_port` inside frame analysis `a`'s function."""
         s, port = src_port
         p = self.plan
-        if s in switches:
-            return f"v{switches[s]}_0"
-        if s in producer:
-            c = producer[s][1]
+        if s in a.switches:
+            return f"v{a.switches[s]}_0"
+        if s in a.producer:
+            c = a.producer[s][1]
             return f"x{c}_{p.frame_exits[c].index(s)}"
         return f"v{s}_{port}"
 
-    def _gen_item(self, L, ind, it, maybe_dead, switches, merges, producer, child_programs):
+    def _gen_item(self, L, ind, it, a):
         p = self.plan
         w = L.append
         if it[0] == "frame":
             c = it[1]
             c_enters = self.index.enters[c]
-            args = [self._ref(p.ins[e][0], switches, merges, producer) for e in c_enters]
+            args = [self._ref(p.ins[e][0], a) for e in c_enters]
             outs = ", ".join(f"x{c}_{k}" for k in range(len(p.frame_exits[c]))) or "_"
             n = len(p.frame_exits[c])
-            call = f"{child_programs[c]}(ctx, kern, [{', '.join(args)}], _t)"
-            if it in maybe_dead and args:
+            call = f"{a.child_programs[c]}(ctx, kern, [{', '.join(args)}], _t)"
+            w(f"{ind}# loop frame {p.frame_names[c]}")
+            if it in a.maybe_dead and args:
                 w(f"{ind}if {' or '.join(f'{a} is DEAD' for a in args)}:")
                 w(f"{ind}    {outs}, = [DEAD] * {n}" if n else f"{ind}    pass")
                 w(f"{ind}else:")
@@ -244,8 +264,9 @@ class FrameProgram:
             return
         i = it[1]
         kind = p.kind[i]
-        args = [self._ref(sp, switches, merges, producer) for sp in p.ins[i]]
-        ctrls = [self._ref((c, 0), switches, merges, producer) for c in p.ctrl_ins[i]]
+        w(f"{ind}# {p.nodes[i].name} = {p.nodes[i].op}")     # for readers of `dfc show --fused`
+        args = [self._ref(sp, a) for sp in p.ins[i]]
+        ctrls = [self._ref((c, 0), a) for c in p.ctrl_ins[i]]
         nout = len(p.out_edges[i])
         outs = [f"v{i}_{k}" for k in range(max(nout, 1))]   # a zero-output node gets a liveness marker
         if kind == SWITCH:
@@ -267,9 +288,9 @@ class FrameProgram:
             return
         dead_ctrl = [c for c in ctrls if c is not None]
         checks = [a for a in args + dead_ctrl]
-        maybe = it in maybe_dead and checks
-        if i in self.inplace and not maybe:
-            m, slot = self.inplace[i]
+        maybe = it in a.maybe_dead and checks
+        if i in a.inplace and not maybe:
+            m, slot = a.inplace[i]
             acc, x = args[slot], args[1 - slot]
             self.helpers["_ndarray"], self.helpers["_add"] = np.ndarray, np.add
             w(f"{ind}_n = {i}")
@@ -330,11 +351,6 @@ def _toposort(items, deps):
     return order
 
 
-def plan_dead():
-    from dfc.runtime.executor import DEAD
-    return DEAD
-
-
 class FrameIndex:
     """Per frame id: its nodes, the Enters into it, the frames entered from it (built once per Plan, so
     fusing a graph with many loops takes time linear in its size)."""
@@ -355,8 +371,9 @@ class FrameIndex:
                         self.children.setdefault(out, set()).add(p.child_fid[i])
 
 
-def build_programs(plan):
-    """fid -> FrameProgram for every frame that can be fused."""
+def build_programs(plan, reasons=None):
+    """fid -> FrameProgram for every frame that can be fused; `reasons` (a dict) gets fid -> why not for
+    the others."""
     progs = {}
     index = FrameIndex(plan)
     for fid in range(1, len(plan.frame_names)):
@@ -364,6 +381,20 @@ def build_programs(plan):
             continue
         try:
             progs[fid] = FrameProgram(plan, fid, index)
-        except NotFusable:
-            continue
+        except NotFusable as e:
+            if reasons is not None:
+                reasons[fid] = str(e)
     return progs
+
+
+def describe(plan):
+    """frame name -> the generated Python source of the frame, or why it runs on the general path."""
+    reasons = {}
+    progs = build_programs(plan, reasons)
+    out = {}
+    for fid in range(1, len(plan.frame_names)):
+        if fid in progs:
+            out[plan.frame_names[fid]] = progs[fid].source
+        elif fid in reasons:
+            out[plan.frame_names[fid]] = f"# not fused: {reasons[fid]}"
+    return out

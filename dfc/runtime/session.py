@@ -156,6 +156,15 @@ class Session:
             runs[d] = Run(p, mine, self._context(dev), pool, Transport(d, rv, coord))
         return PartitionedRun(runs, plan.fetch_order).execute()
 
+    def fused_frames(self):
+        """frame name -> the Python source the executor generates for that loop frame when the graph's
+        signature runs (`dfc show --fused`), or a comment saying why the frame is not fused."""
+        from dfc.runtime.fused import describe
+        sig = self.graph.signature
+        fetches = [leaf["ref"] for leaf in structure.leaves(sig.get("outputs"))]
+        feeds = {i["node"] for i in sig.get("inputs", [])}
+        return describe(Plan(self.graph, fetches, feeds, tuple(sig.get("targets", [])), fuse=False))
+
     def memory_stats(self):
         """device -> {"in_use", "peak", "capacity"} for every device that accounts bytes."""
         stats = self.devices.memory_stats()
