@@ -16,6 +16,7 @@ import random
 import sysconfig
 import warnings
 
+from dfc.compiler import ops_api
 from dfc.compiler.autograph import core, iterables, loop_scope, origin, py_builtins, strings, \
     tensor_list
 from dfc.compiler.autograph.errors import DfcConversionError, DfcTraceTimeRandomWarning
@@ -34,7 +35,7 @@ def print_(*values, sep=" ", end="\n", file=None, flush=False):
             raise DfcConversionError("print(..., file=...) of a symbolic tensor: graph printing "
                                      "(dfc.print) writes to standard output only",
                                      loc=user_location())
-        return core.dfc().print(*values, sep=sep, end=end)
+        return ops_api.print(*values, sep=sep, end=end)
     return builtins.print(*values, sep=sep, end=end, file=file, flush=flush)
 
 

@@ -18,6 +18,7 @@ import sysconfig
 import traceback
 
 from dfc.errors import DfcError, DfcInputError
+from dfc.ir import serialize
 from dfc.compiler.autograph import origin
 from dfc.compiler.autograph.function import Function
 
@@ -171,14 +172,13 @@ def make_output_dir(out_dir):
 
 def compile_file(path, names=None, out_dir="."):
     """Trace and save; returns [(name, json_path, graph)] in file order."""
-    import dfc
     make_output_dir(out_dir)
     module = load_module(path)
     results = []
     for name, fn in find_functions(module, names):
         graph = _trace(fn, name, path)
         json_path = os.path.join(out_dir, f"{name}.json")
-        dfc.save(graph, json_path)
+        serialize.save(graph, json_path)
         results.append((name, json_path, graph))
     return results
 

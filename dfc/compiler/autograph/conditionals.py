@@ -3,6 +3,7 @@ import numpy as np
 
 from dfc.errors import DfcError
 from dfc.ir import dtypes
+from dfc.compiler import control_flow, ops_api
 from dfc.compiler.autograph import core, logical, state
 from dfc.compiler.autograph.errors import DfcLoopVariableError, DfcUnsupportedSyntaxError
 from dfc.compiler.autograph.origin import generated_caller_location
@@ -39,7 +40,6 @@ def if_exp(cond, if_true, if_false):
     """
     if not core.is_tensor(cond):
         return if_true() if cond else if_false()
-    dfc = core.dfc()
     seen = []
 
     def first(fn):
@@ -54,10 +54,10 @@ def if_exp(cond, if_true, if_false):
     b = core.current_builder()
     mark = b.mark()
     try:
-        return dfc.cond(cond, first(if_true), second(if_false))
+        return control_flow.cond(cond, first(if_true), second(if_false))
     except logical.DEFERRED_ERRORS:  # from if_true: trace if_false first
         b.rollback(mark)
-    return dfc.cond(logical.not_(cond), first(if_false), second(if_true))
+    return control_flow.cond(logical.not_(cond), first(if_false), second(if_true))
 
 
 def not_tensor_in_try(value, kind):
@@ -129,7 +129,7 @@ def _build_cond(cond, body, orelse, get_state, set_state, names, init, fixed, ca
             return _cast(mine, needed)
         return run
 
-    outputs = core.dfc().cond(cond, branch(body, "true"), branch(orelse, "false"))
+    outputs = control_flow.cond(cond, branch(body, "true"), branch(orelse, "false"))
     plans = fixed if fixed is not None else seen["true"][1]
     return plans, _as_tuple(outputs)
 
@@ -187,7 +187,7 @@ def _cast(values, casts):
     out = list(values)
     for k, dtype in casts.items():
         if core.is_tensor(out[k]) and out[k].dtype != dtype:
-            out[k] = core.dfc().cast(out[k], dtype)
+            out[k] = ops_api.cast(out[k], dtype)
     return tuple(out)
 
 

@@ -7,6 +7,7 @@ import builtins
 
 import numpy as np
 
+from dfc.compiler import ops_api
 from dfc.compiler.autograph import core
 from dfc.compiler.autograph.errors import DfcConversionError
 from dfc.compiler.autograph.origin import user_location
@@ -64,7 +65,7 @@ def tensor_iteration(x):
         dtype = _counter_dtype(n)
         return Iteration(n, x.get, dtype)
     if core.is_tensor(x):
-        n = x.shape[0] if x.shape and x.shape[0] is not None else core.dfc().shape(x)[0]
+        n = x.shape[0] if x.shape and x.shape[0] is not None else ops_api.shape(x)[0]
         return Iteration(n, lambda i: x[i], _counter_dtype(n))
     if core.is_tensor_array(x):
         n = x.size()
@@ -94,14 +95,14 @@ def _as_tensor_iterable(x):
         return x
     if isinstance(x, builtins.range):
         return TensorRange(x.start, x.stop, x.step)
-    return core.dfc().constant(list(x)) if not any(core.is_tensor(v) for v in x) \
-        else core.dfc().stack(list(x))
+    return ops_api.constant(list(x)) if not any(core.is_tensor(v) for v in x) \
+        else ops_api.stack(list(x))
 
 
 def _minimum(a, b):
     if not core.is_tensor(a) and not core.is_tensor(b):
         return min(a, b)
-    return core.dfc().where(a < b, a, b)
+    return ops_api.where(a < b, a, b)
 
 
 # ---------------------------------------------------------------- builtins
@@ -147,12 +148,12 @@ def len_(x):
             raise DfcConversionError("len() of a 0-d tensor (Python raises TypeError: it has no "
                                      "length); use dfc.size(x) or dfc.shape(x)",
                                      loc=user_location())
-        return core.dfc().shape(x)[0]
+        return ops_api.shape(x)[0]
     if core.is_tensor_array(x):
         return x.size()
     if isinstance(x, TensorList):
         return x.size()
     if isinstance(x, TensorRange):
         n = x.length()
-        return core.dfc().where(n > 0, n, 0) if core.is_tensor(n) else max(n, 0)
+        return ops_api.where(n > 0, n, 0) if core.is_tensor(n) else max(n, 0)
     return builtins.len(x)

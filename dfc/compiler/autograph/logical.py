@@ -6,6 +6,7 @@ needs it (as in AutoGraph). Tracing it must not fail where Python would not eval
 error that depends on values (an index out of range, a missing key, a division by zero) becomes
 an in-graph assertion, raised at run time only if that branch is taken.
 """
+from dfc.compiler import control_flow, ops_api
 from dfc.compiler.autograph import core
 from dfc.compiler.autograph.origin import format_loc, map_frame
 from dfc.errors import DfcError
@@ -21,7 +22,7 @@ def and_(*operands):
     if not rest:
         return value
     if core.is_tensor(value):
-        return core.dfc().cond(value, lambda: lazy(lambda: and_(*rest), value), lambda: value)
+        return control_flow.cond(value, lambda: lazy(lambda: and_(*rest), value), lambda: value)
     if not value:
         return value
     return and_(*rest)
@@ -34,7 +35,7 @@ def or_(*operands):
     if not rest:
         return value
     if core.is_tensor(value):
-        return core.dfc().cond(value, lambda: value, lambda: lazy(lambda: or_(*rest), value))
+        return control_flow.cond(value, lambda: value, lambda: lazy(lambda: or_(*rest), value))
     if value:
         return value
     return or_(*rest)
@@ -42,8 +43,7 @@ def or_(*operands):
 
 def not_(x):
     if core.is_tensor(x):
-        dfc = core.dfc()
-        return dfc.logical_not(x if x.dtype == "bool" else x != 0)
+        return ops_api.logical_not(x if x.dtype == "bool" else x != 0)
     return not x
 
 
@@ -74,7 +74,7 @@ def lazy(fn, stand_in):
         return fn()
     except DEFERRED_ERRORS as e:
         b.rollback(mark)
-        core.dfc().Assert(False, message=_deferred_message(e))
+        ops_api.Assert(False, message=_deferred_message(e))
         return stand_in
 
 

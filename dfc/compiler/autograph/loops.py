@@ -1,6 +1,7 @@
 """while_stmt and for_stmt: Python loops on Python values, dfc.while_loop on tensors."""
 import warnings
 
+from dfc.compiler import control_flow, ops_api
 from dfc.compiler.autograph import core, iterables, loop_scope, state, unset
 from dfc.compiler.autograph.conditionals import tensor_if
 from dfc.compiler.autograph.errors import DfcLoopVariableError, describe
@@ -76,8 +77,7 @@ def _warn_unrolled(count, loc):
 
 
 def _tensor_for(iteration, extra_test, body, get_state, set_state, names, opts, loc):
-    dfc = core.dfc()
-    box = [dfc.constant(0, dtype=iteration.counter_dtype)]
+    box = [ops_api.constant(0, dtype=iteration.counter_dtype)]
 
     def get():
         return (box[0],) + tuple(get_state())
@@ -91,9 +91,9 @@ def _tensor_for(iteration, extra_test, body, get_state, set_state, names, opts, 
         if extra_test is not None:
             more = extra_test()
             if core.is_tensor(more):
-                go_on = dfc.logical_and(go_on, more)
+                go_on = ops_api.logical_and(go_on, more)
             elif not more:
-                go_on = dfc.logical_and(go_on, False)
+                go_on = ops_api.logical_and(go_on, False)
         return go_on
 
     def loop_body():
@@ -139,7 +139,7 @@ class _Loop:
 
     def add_counter(self):
         """An iteration counter as first variable: a loop needs at least one variable."""
-        zero = core.dfc().constant(0, dtype="int64")
+        zero = ops_api.constant(0, dtype="int64")
         self.test, self.body, self.get_state, self.set_state, self.names = _with_counter(
             self.test, self.body, self.get_state, self.set_state, self.names)
         self.original.insert(0, zero)
@@ -191,7 +191,7 @@ def tensor_while(test, body, get_state, set_state, names, opts, loc, counted=Fal
                 if plan.placeholder is not None:
                     loop.init[i] = state.placeholder_from_spec(plan.placeholder)
             for i in sorted(loop.created - set(loop.flags)):
-                loop.add_flag(i, core.dfc().constant(False))
+                loop.add_flag(i, ops_api.constant(False))
         except ListNeeds as need:
             b.rollback(mark)
             _rebuild_list(loop, need)
@@ -222,7 +222,6 @@ def _rebuild_list(loop, need):
 
 
 def _build_loop(loop, loc):
-    dfc = core.dfc()
     names, set_state = loop.names, loop.set_state
     plans = state.plans_for(names, loop.init)
 
@@ -233,7 +232,7 @@ def _build_loop(loop, loc):
         enter(leaves)
         go_on = loop.test()
         if not core.is_tensor(go_on):
-            go_on = dfc.constant(bool(go_on))
+            go_on = ops_api.constant(bool(go_on))
         return go_on
 
     def body_fn(*leaves):
@@ -260,7 +259,7 @@ def _build_loop(loop, loc):
         return tuple(state.dynamic_values(plans, values))
 
     leaves = tuple(state.dynamic_values(plans))
-    outputs = dfc.while_loop(cond_fn, body_fn, leaves, names=state.dynamic_names(plans))
+    outputs = control_flow.while_loop(cond_fn, body_fn, leaves, names=state.dynamic_names(plans))
     if not isinstance(outputs, (tuple, list)):
         outputs = (outputs,)
     return plans, tuple(outputs)

@@ -1,4 +1,5 @@
 """Small runtime helpers: assert, in-place changes of containers, loads that may be missing."""
+from dfc.compiler import ops_api
 from dfc.compiler.autograph import core, loop_scope
 from dfc.compiler.autograph.origin import user_location
 from dfc.errors import DfcTypeError
@@ -15,7 +16,7 @@ def assert_stmt(test, message_fn):
             data, message = [message], ""
         elif isinstance(message, (tuple, list)) and any(core.is_tensor(m) for m in message):
             data, message = list(message), ""
-        return core.dfc().Assert(test, data=data, message=str(message))
+        return ops_api.Assert(test, data=data, message=str(message))
     if not test:
         if message_fn is None:
             raise AssertionError()
@@ -72,17 +73,16 @@ def delitem(target, index):
 
 def _select_assign(items, index, value):
     """`items[index] = value` for a tensor index: every element becomes where(index == k, value, it)."""
-    dfc = core.dfc()
     if index.dtype not in ("int32", "int64") or index.shape not in ((), None):
         raise DfcTypeError(f"list indices must be integer scalars, not {index.dtype} tensors of "
                            f"shape {index.shape}", loc=user_location())
     n = len(items)
-    dfc.Assert(dfc.logical_and(index >= -n, index < n),
+    ops_api.Assert(ops_api.logical_and(index >= -n, index < n),
                message="IndexError: list assignment index out of range")
-    index = dfc.where(index < 0, index + n, index)
+    index = ops_api.where(index < 0, index + n, index)
     out = []
     for k, item in enumerate(items):
-        new = dfc.where(dfc.equal(index, k), value, item)
+        new = ops_api.where(ops_api.equal(index, k), value, item)
         if core.is_tensor(item) and (new.dtype, new.shape) != (item.dtype, item.shape):
             raise DfcTypeError(f"xs[i] = value with a tensor index i: value is {new.dtype} "
                                f"{new.shape} but element {k} is {item.dtype} {item.shape}; with a "

@@ -15,20 +15,14 @@ import sys
 
 import gast
 
-_LOCAL_MAPS = {}
+from dfc.compiler import tracing
+
 _counter = itertools.count(1)
 
 
 def source_maps():
     """The shared filename -> {generated line: (file, line)} table."""
-    try:
-        from dfc.compiler import tracing
-    except ImportError:
-        return _LOCAL_MAPS
-    maps = getattr(tracing, "SOURCE_MAPS", None)
-    if maps is None:
-        maps = tracing.SOURCE_MAPS = {}
-    return maps
+    return tracing.SOURCE_MAPS
 
 
 def generated_filename(fn_module, qualname):

@@ -8,6 +8,7 @@ Without tensors they are the Python builtins.
 """
 import builtins
 
+from dfc.compiler import ops_api
 from dfc.compiler.autograph import core
 from dfc.compiler.autograph.origin import user_location
 from dfc.compiler.autograph.tensor_list import TensorList
@@ -44,7 +45,7 @@ def _extreme(name, pick, reduce_name, args, kwargs):
         raise DfcTypeError(f"{name}() with {', '.join(kwargs)}= is not supported on tensors; "
                            f"use dfc.{reduce_name} or dfc.where", loc=user_location())
     if one_iterable and values is args:        # max(t): the largest element of a 1-D tensor
-        return getattr(core.dfc(), reduce_name)(_iterated(name, args[0], reduce_name))
+        return getattr(ops_api, reduce_name)(_iterated(name, args[0], reduce_name))
     out = values[0]
     for v in values[1:]:
         out = pick(out, v)
@@ -52,35 +53,34 @@ def _extreme(name, pick, reduce_name, args, kwargs):
 
 
 def max_(*args, **kwargs):
-    return _extreme("max", core.dfc().maximum, "reduce_max", args, kwargs)
+    return _extreme("max", ops_api.maximum, "reduce_max", args, kwargs)
 
 
 def min_(*args, **kwargs):
-    return _extreme("min", core.dfc().minimum, "reduce_min", args, kwargs)
+    return _extreme("min", ops_api.minimum, "reduce_min", args, kwargs)
 
 
 def sum_(iterable, start=0):
     if isinstance(iterable, TensorList) or core.is_tensor(iterable):
-        dfc = core.dfc()
         t = iterable.stack() if isinstance(iterable, TensorList) else iterable
         if t.ndim == 0:
             raise DfcTypeError("sum() of a 0-d tensor: it is not iterable; use it directly",
                                loc=user_location())
         if t.dtype == "bool":
-            t = dfc.cast(t, "int64")       # Python: True + True == 2
-        return dfc.reduce_sum(t, axis=0) + start
+            t = ops_api.cast(t, "int64")       # Python: True + True == 2
+        return ops_api.reduce_sum(t, axis=0) + start
     return builtins.sum(iterable, start)
 
 
 def any_(iterable):
     if isinstance(iterable, TensorList) or core.is_tensor(iterable):
-        return core.dfc().reduce_any(_iterated("any", iterable, "reduce_any"))
+        return ops_api.reduce_any(_iterated("any", iterable, "reduce_any"))
     return builtins.any(iterable)
 
 
 def all_(iterable):
     if isinstance(iterable, TensorList) or core.is_tensor(iterable):
-        return core.dfc().reduce_all(_iterated("all", iterable, "reduce_all"))
+        return ops_api.reduce_all(_iterated("all", iterable, "reduce_all"))
     return builtins.all(iterable)
 
 

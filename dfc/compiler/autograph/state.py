@@ -10,6 +10,7 @@ can be rebuilt from the graph's outputs.
 import numpy as np
 
 from dfc import nest
+from dfc.compiler import ops_api
 from dfc.compiler.autograph import core
 from dfc.compiler.autograph.errors import (DfcLoopVariableError, DfcUndefinedVariableError,
                                            describe)
@@ -128,11 +129,10 @@ def placeholder_spec(value):
 
 
 def placeholder_from_spec(spec):
-    dfc = core.dfc()
 
     def make(s):
         if s[0] == "tensor":
-            return dfc.zeros(list(s[2]), s[1])
+            return ops_api.zeros(list(s[2]), s[1])
         return s[1]
     if isinstance(spec, tuple) and spec and spec[0] in ("tensor", "python") and len(spec) in (2, 3) \
             and isinstance(spec[0], str):

@@ -15,6 +15,8 @@ body needs it (ListNeeds). `dfc.stack(xs)`, `len(xs)`, `xs[i]` and `for v in
 xs` work on both; returning the list returns the stacked tensor.
 """
 from dfc import nest
+from dfc.compiler import ops_api
+from dfc.compiler.tensor_array import TensorArray
 from dfc.compiler.autograph import core, loop_scope
 from dfc.compiler.autograph.errors import DfcConversionError
 from dfc.compiler.autograph.origin import user_location
@@ -48,12 +50,11 @@ class TensorList:
         weak = dtype is None and not any(core.is_tensor(v) for v in items)
         if dtype is None:
             dtype, element_shape = element_type(items[0])
-        dfc = core.dfc()
         if dense:
             data = _dense_items(items, dtype, element_shape)
             return cls(data, dtype, data.shape[1:] if data.shape else None,
                        items if weak else None)
-        out = cls(dfc.TensorArray(dtype, size=0, dynamic_size=True), dtype, element_shape,
+        out = cls(TensorArray(dtype, size=0, dynamic_size=True), dtype, element_shape,
                   items if weak else None)
         for item in items:
             out = out.appended(item)
@@ -75,7 +76,7 @@ class TensorList:
             if self.items is None or not _weak_fits(self.dtype, dtype):
                 raise DfcTypeError(f"cannot put {dtype} values into a list of {self.dtype} built "
                                    f"in a tensor loop; cast them (dfc.cast)", loc=user_location())
-            data = core.dfc().cast(data, dtype)
+            data = ops_api.cast(data, dtype)
         return TensorList(data, dtype or self.dtype, self.element_shape, self.items)
 
     def rebuilt(self, storage):
@@ -85,12 +86,11 @@ class TensorList:
     def appended(self, value):
         value = self._element(value)
         if core.is_tensor(self.ta):
-            return self.rebuilt(core.dfc().concat([self.ta, core.dfc().expand_dims(value, 0)], 0))
+            return self.rebuilt(ops_api.concat([self.ta, ops_api.expand_dims(value, 0)], 0))
         return self.rebuilt(self.ta.write(self.ta.size(), value))
 
     def extended(self, values):
         """`xs.extend(values)`: a list/tuple of elements, a tensor (its rows) or another TensorList."""
-        dfc = core.dfc()
         if isinstance(values, TensorList):
             values = values.stack()
         if not core.is_tensor(values):
@@ -103,33 +103,31 @@ class TensorList:
                                      loc=user_location())
         rows = self._rows(values)
         if core.is_tensor(self.ta):
-            return self.rebuilt(dfc.concat([self.ta, rows], 0))
+            return self.rebuilt(ops_api.concat([self.ta, rows], 0))
         start = self.ta.size()
-        indices = dfc.range(start, start + dfc.shape(rows)[0], dtype="int64")
+        indices = ops_api.range(start, start + ops_api.shape(rows)[0], dtype="int64")
         return self.rebuilt(self.ta.scatter(indices, rows))
 
     # ------------------------------------------------------------ changing (dense form)
     def popped(self, index=-1):
         """(the list without element `index`, that element), like `v = xs.pop(index)`."""
         data = self._dense_data("pop from")
-        dfc = core.dfc()
         n = self.size()
         i = self._checked_index(index, n, "pop from empty list" if index == -1
                                 else "pop index out of range")
         value = data[i]
-        return self.rebuilt(dfc.concat([data[:i], data[i + 1:]], 0)), value
+        return self.rebuilt(ops_api.concat([data[:i], data[i + 1:]], 0)), value
 
     def with_item(self, index, value):
         """The list with `xs[index] = value`."""
         data = self._dense_data("assign to an element of")
-        dfc = core.dfc()
         if isinstance(index, slice):
             raise DfcConversionError(
                 "slice assignment to a list carried through a tensor loop is not supported; "
                 "assign its elements one by one", loc=user_location())
         value = self._element(value)
         i = self._checked_index(index, self.size(), "list assignment index out of range")
-        return self.rebuilt(dfc.concat([data[:i], dfc.expand_dims(value, 0), data[i + 1:]], 0))
+        return self.rebuilt(ops_api.concat([data[:i], ops_api.expand_dims(value, 0), data[i + 1:]], 0))
 
     def without_item(self, index):
         """The list with `del xs[index]`."""
@@ -157,7 +155,7 @@ class TensorList:
             return 0
         if core.is_tensor(self.ta):
             n = self.ta.shape[0] if self.ta.shape else None
-            return n if n is not None else core.dfc().shape(self.ta)[0]
+            return n if n is not None else ops_api.shape(self.ta)[0]
         return self.ta.size()
 
     def __getitem__(self, index):
@@ -251,7 +249,7 @@ class TensorList:
         self._settle(values, values.dtype, values.shape[1:] if values.shape else None)
         if values.dtype != self.dtype:
             if getattr(values, "weak", False) and _weak_fits(values.dtype, self.dtype):
-                return core.dfc().cast(values, self.dtype)
+                return ops_api.cast(values, self.dtype)
             raise DfcTypeError(f"cannot extend a list of {self.dtype} built in a tensor loop with "
                                f"{values.dtype} values; cast them (dfc.cast)", loc=user_location())
         return values
@@ -279,21 +277,19 @@ class TensorList:
 
     def _checked_index(self, index, n, message):
         """index in [0, n) as a (tensor) int; an in-graph check with Python's message."""
-        dfc = core.dfc()
         i = _non_negative(index, n)
-        ok = dfc.logical_and(dfc.greater_equal(i, 0), dfc.less(i, n))
-        dfc.Assert(ok, message=f"IndexError: {message}")
+        ok = ops_api.logical_and(ops_api.greater_equal(i, 0), ops_api.less(i, n))
+        ops_api.Assert(ok, message=f"IndexError: {message}")
         return i
 
 
 def _non_negative(index, n):
-    dfc = core.dfc()
     if core.is_tensor(index):
         if index.dtype not in ("int32", "int64"):
             raise DfcTypeError(f"list indices must be integers, not {index.dtype} tensors",
                                loc=user_location())
-        index = dfc.cast(index, "int64")
-        return dfc.where(dfc.less(index, 0), dfc.add(index, n), index)
+        index = ops_api.cast(index, "int64")
+        return ops_api.where(ops_api.less(index, 0), ops_api.add(index, n), index)
     if not isinstance(index, int) or isinstance(index, bool):
         raise DfcTypeError(f"list indices must be integers, not {type(index).__name__}",
                            loc=user_location())
@@ -314,25 +310,24 @@ def _as_element(value, dtype):
         if natural != dtype and not _weak_fits(natural, dtype):
             raise DfcTypeError(f"cannot put {value!r} into a list of {dtype} built in a tensor "
                                f"loop without changing its value", loc=user_location())
-        return core.dfc().constant(value, dtype=dtype)
+        return ops_api.constant(value, dtype=dtype)
     if value.dtype != dtype:
         if getattr(value, "weak", False) and _weak_fits(value.dtype, dtype):
-            return core.dfc().cast(value, dtype)
+            return ops_api.cast(value, dtype)
         raise DfcTypeError(f"cannot put a {value.dtype} value into a list of {dtype} built in a "
                            f"tensor loop; cast it (dfc.cast)", loc=user_location())
     return value
 
 
 def _dense_items(items, dtype, element_shape):
-    dfc = core.dfc()
     if not items:
         if element_shape is None or None in element_shape:
             raise DfcConversionError(
                 f"a list that is empty before a tensor loop and is popped, assigned to or deleted "
                 f"from in it needs elements of a known shape (they are {element_shape}); give it a "
                 f"first element before the loop, or use dfc.TensorArray", loc=user_location())
-        return dfc.zeros([0] + list(element_shape), dtype)
-    return dfc.stack([_as_element(v, dtype) for v in items])
+        return ops_api.zeros([0] + list(element_shape), dtype)
+    return ops_api.stack([_as_element(v, dtype) for v in items])
 
 
 def _unsupported(method):
@@ -351,7 +346,7 @@ def _not_in_place(what):
 
 def element_type(value):
     if not core.is_tensor(value) and any(core.is_tensor(v) for v in nest.flatten(value)):
-        value = core.dfc().constant(value)       # a tuple of tensors: one stacked element
+        value = ops_api.constant(value)       # a tuple of tensors: one stacked element
     if core.is_tensor(value):
         return value.dtype, value.shape
     from dfc.compiler.tracing import const_array

@@ -15,6 +15,7 @@ The flag of each such tensor is kept in the builder (`maybe_unset`, keyed by
 the tensor object), where nested loops and the enclosing loop body find it.
 """
 from dfc import nest
+from dfc.compiler import ops_api
 from dfc.compiler.autograph import core
 
 
@@ -40,13 +41,13 @@ def registered_flag(value):
     out = flags[0]
     for f in flags[1:]:
         if f is not out:
-            out = core.dfc().logical_and(out, f)
+            out = ops_api.logical_and(out, f)
     return out
 
 
 def flag_of(value):
     flag = registered_flag(value)
-    return flag if flag is not None else core.dfc().constant(True)
+    return flag if flag is not None else ops_api.constant(True)
 
 
 def with_flag(get_state, set_state, index):
