@@ -38,12 +38,6 @@ class Context:
             return t
         return None
 
-    def frame_context(self):
-        c = self
-        while c is not None and not isinstance(c, WhileContext):
-            c = c.outer
-        return c
-
 
 class CondBranch(Context):
     def __init__(self, builder, outer, state, branch):

@@ -33,10 +33,6 @@ def as_dtype(d):
     return name
 
 
-def np_dtype(name):
-    return _NP[name]
-
-
 def promote(a, b):
     """numpy's promotion of two dfc dtypes."""
     if a == b:
@@ -46,10 +42,6 @@ def promote(a, b):
 
 def is_float(d):
     return d in FLOATS
-
-
-def is_int(d):
-    return d in INTS
 
 
 class TType:
@@ -100,8 +92,3 @@ def shapes_compatible(a, b):
     if len(a) != len(b):
         return False
     return all(x is None or y is None or x == y for x, y in zip(a, b))
-
-
-def value_fits(value, ttype):
-    """True if a concrete array matches dtype and shape of a TType."""
-    return value.dtype.name == ttype.dtype and shapes_compatible(value.shape, ttype.shape)

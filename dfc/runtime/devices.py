@@ -16,6 +16,7 @@ share one entry, counted once; an entry is freed when its reference count
 (set by the executor from the number of consumers, plus holds by stacks,
 TensorArrays and variables) returns to zero.
 """
+import contextlib
 import re
 import threading
 import weakref
@@ -218,18 +219,10 @@ class Device:
         return np.array(v, copy=True)
 
     def run_context(self):
-        return _NullContext()
+        return contextlib.nullcontext()
 
     def __repr__(self):
         return f"<Device {self.name}>"
-
-
-class _NullContext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 class CPUDevice(Device):

@@ -44,10 +44,6 @@ class Rendezvous:
                 raise RuntimeError(f"two Recvs with rendezvous key {key!r}")
         callback(item[1])
 
-    def waiting_keys(self):
-        with self.lock:
-            return [k for k, item in self.table.items() if item[0] == "waiter"]
-
 
 class Aborted(Exception):
     """Raised inside a partition when another partition failed or a deadlock was found."""
