@@ -256,7 +256,7 @@ def _multi_axis_slices(z):
 
 
 def test_multi_axis_slices_convert():
-    """x[:, a:b] must survive conversion (astunparse writes it as a tuple, which is a syntax error)."""
+    """x[:, a:b] must survive conversion (an unparser that writes it as a tuple gives a syntax error)."""
     z = np.arange(8.0).reshape(2, 4)
     a, b, c = _multi_axis_slices(z)
     np.testing.assert_array_equal(a, z[:, 1:3] + z[:, 1:3])

@@ -67,10 +67,4 @@ def unparse(node):
     """Readable Python source for a gast tree."""
     tree = gast.gast_to_ast(node)
     ast.fix_missing_locations(tree)
-    try:
-        import astunparse
-        text = astunparse.unparse(tree).lstrip("\n")
-        ast.parse(text)     # astunparse lags behind Python: it writes x[(:, 1:3)] for x[:, 1:3]
-        return text
-    except Exception:  # noqa: BLE001 — fall back to the standard library's unparser
-        return ast.unparse(tree) + "\n"
+    return ast.unparse(tree) + "\n"
