@@ -1,13 +1,11 @@
 """dfc run / show / viz: outputs, exit codes, one-line errors; `dfc run` never imports the compiler."""
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import dfc
+from tests import clitools
 
 
 @pytest.fixture(scope="module")
@@ -23,14 +21,9 @@ def graph_file(tmp_path_factory):
     return str(path), g
 
 
-def dfc_cli(*args):
-    return subprocess.run([sys.executable, "-m", "dfc.cli", *args], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=os.getcwd()))
-
-
 def test_run_json_matches_python_call(graph_file):
     path, g = graph_file
-    r = dfc_cli("run", path, "--input", "x=[1, 2]", "--input", "n=5", "--json")
+    r = clitools.dfc("run", path, "--input", "x=[1, 2]", "--input", "n=5", "--json")
     assert r.returncode == 0, r.stderr
     want = g(np.array([1, 2], np.float32), 5)
     assert json.loads(r.stdout) == {"outputs": [want["s"].tolist(), int(want["steps"])]}
@@ -40,7 +33,7 @@ def test_run_npy_input_and_npz_output(graph_file, tmp_path):
     path, g = graph_file
     np.save(tmp_path / "x.npy", np.array([3, 4], np.float32))
     out = tmp_path / "out.npz"
-    r = dfc_cli("run", path, "-i", f"x=@{tmp_path / 'x.npy'}", "-i", "n=3", "--output", str(out))
+    r = clitools.dfc("run", path, "-i", f"x=@{tmp_path / 'x.npy'}", "-i", "n=3", "--output", str(out))
     assert r.returncode == 0, r.stderr
     with np.load(out) as z:
         np.testing.assert_array_equal(z["output_0"], g(np.array([3, 4], np.float32), 3)["s"])
@@ -55,29 +48,29 @@ def test_run_npy_input_and_npz_output(graph_file, tmp_path):
     (["-i", "x=@/no/such.npy", "-i", "n=1"], "cannot load"),
 ])
 def test_bad_feeds_are_one_line_errors(graph_file, args, msg):
-    r = dfc_cli("run", graph_file[0], *args)
+    r = clitools.dfc("run", graph_file[0], *args)
     assert r.returncode == 1
     assert msg in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_missing_or_malformed_file_exit_1(tmp_path):
-    r = dfc_cli("run", str(tmp_path / "nope.json"))
+    r = clitools.dfc("run", str(tmp_path / "nope.json"))
     assert r.returncode == 1 and "cannot read" in r.stderr and "Traceback" not in r.stderr
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    r = dfc_cli("show", str(bad))
+    r = clitools.dfc("show", str(bad))
     assert r.returncode == 1 and "invalid JSON" in r.stderr
 
 
 def test_bad_usage_exit_2(graph_file):
-    assert dfc_cli("run").returncode == 2
-    assert dfc_cli("frobnicate").returncode == 2
-    assert dfc_cli("run", graph_file[0], "--input", "novalue").returncode == 2
+    assert clitools.dfc("run").returncode == 2
+    assert clitools.dfc("frobnicate").returncode == 2
+    assert clitools.dfc("run", graph_file[0], "--input", "novalue").returncode == 2
 
 
 def test_show_one_line_per_node(graph_file):
     path, g = graph_file
-    r = dfc_cli("show", path)
+    r = clitools.dfc("show", path)
     assert r.returncode == 0
     node_lines = [l for l in r.stdout.splitlines() if l.startswith("%")]
     assert len(node_lines) == g.num_nodes()
@@ -87,7 +80,7 @@ def test_show_one_line_per_node(graph_file):
 def test_viz_dot_and_mermaid(graph_file, tmp_path):
     for ext in ("dot", "mmd"):
         out = tmp_path / f"g.{ext}"
-        r = dfc_cli("viz", graph_file[0], "-o", str(out))
+        r = clitools.dfc("viz", graph_file[0], "-o", str(out))
         assert r.returncode == 0, r.stderr
         text = out.read_text()
         assert ('subgraph "cluster_while"' in text) if ext == "dot" else ('subgraph f0 ["while"]' in text)
@@ -99,7 +92,6 @@ def test_run_does_not_import_the_compiler(graph_file):
             "try:\n    dfc.cli.main()\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
             "bad = [m for m in sys.modules if m.startswith('dfc.compiler') or m == 'gast']\n"
             "assert not bad, bad\nprint('isolated')\n") % graph_file[0]
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    r = clitools.python("-c", code)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("isolated")

@@ -11,7 +11,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -21,8 +20,7 @@ from click.testing import CliRunner
 import dfc
 from dfc.cli import main
 from dfc.ir.viz import to_dot, to_mermaid
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests import clitools
 
 
 def cli(*args):
@@ -31,12 +29,6 @@ def cli(*args):
     assert r.exception is None or isinstance(r.exception, SystemExit), r.exc_info
     assert "Traceback" not in r.stderr, r.stderr
     return r
-
-
-def cli_process(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "dfc.cli", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
-                            **kw)
 
 
 def error(r, code, *words):
@@ -296,15 +288,20 @@ def test_unexpected_error_is_one_line_unless_debug(graphs, monkeypatch):
 
 
 # ---------------------------------------------------- interrupts and pipes
-def test_ctrl_c_during_a_run(tmp_path):
-    def forever(n):
+def printing_loop(path):
+    """Save at path a graph that prints `step i` for each i < n (a run that goes on printing)."""
+    def steps(n):
         def body(i):
             dfc.print("step", i)
             return i + 1
         return dfc.while_loop(lambda i: i < n, body, dfc.constant(0, "int64"))
-    path = tmp_path / "forever.json"
-    dfc.save(dfc.trace(forever, dfc.TensorSpec([], "int64")), str(path))
-    p = cli_process("run", path, "-i", "n=1000000000")
+    dfc.save(dfc.trace(steps, dfc.TensorSpec([], "int64")), str(path))
+    return path
+
+
+def test_ctrl_c_during_a_run(tmp_path):
+    path = printing_loop(tmp_path / "forever.json")
+    p = clitools.start_dfc("run", path, "-i", "n=1000000000")
     try:
         assert p.stdout.readline().startswith("step")
         p.send_signal(signal.SIGINT)
@@ -321,7 +318,7 @@ def test_closed_pipe_is_quiet(tmp_path):
         return x
     path = tmp_path / "long.json"
     dfc.save(dfc.trace(long_chain, dfc.TensorSpec([], "float32")), str(path))
-    p = cli_process("show", path)
+    p = clitools.start_dfc("show", path)
     first = p.stdout.readline()
     p.stdout.close()                        # like `dfc show long.json | head -1`
     err = p.stderr.read()
@@ -331,14 +328,8 @@ def test_closed_pipe_is_quiet(tmp_path):
 
 
 def test_in_graph_print_to_a_closed_pipe_is_quiet(tmp_path):
-    def chatty(n):
-        def body(i):
-            dfc.print("step", i)
-            return i + 1
-        return dfc.while_loop(lambda i: i < n, body, dfc.constant(0, "int64"))
-    path = tmp_path / "chatty.json"
-    dfc.save(dfc.trace(chatty, dfc.TensorSpec([], "int64")), str(path))
-    p = cli_process("run", path, "-i", "n=1000000")      # like `dfc run chatty.json | head -1`
+    path = printing_loop(tmp_path / "chatty.json")
+    p = clitools.start_dfc("run", path, "-i", "n=1000000")      # like `dfc run chatty.json | head -1`
     first = p.stdout.readline()
     p.stdout.close()
     err = p.stderr.read()
@@ -563,7 +554,6 @@ def test_memory_limit_stops_a_run_that_allocates_too_much(tmp_path):
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_full_disk_is_an_error_not_a_bug(graphs):
     with open("/dev/full", "w") as full:
-        p = subprocess.run([sys.executable, "-m", "dfc.cli", "show", str(graphs / "loop.json")], stdout=full,
-                           stderr=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+        p = clitools.dfc("show", graphs / "loop.json", stdout=full)
     assert p.returncode == 1 and "No space left" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and "bug in dfc" not in p.stderr

@@ -1,28 +1,17 @@
 """`dfc compile` + `dfc run` give the same results as plain Python for a subset of programs."""
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from tests import clitools
 from tests.compiler import cli_programs as P
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def cli(*args):
-    r = subprocess.run([sys.executable, "-m", "dfc.cli", *args], capture_output=True, text=True, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=ROOT))
-    assert r.returncode == 0, r.stderr
-    return r.stdout
 
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     out = tmp_path_factory.mktemp("compiled")
-    summary = cli("compile", "tests/compiler/cli_programs.py", "-o", str(out))
+    summary = clitools.dfc_ok("compile", "tests/compiler/cli_programs.py", "-o", str(out))
     return out, summary
 
 
@@ -53,7 +42,7 @@ def test_compiled_graph_matches_python(compiled, name, inputs):
     args = ["run", str(out / f"{name}.json"), "--json"]
     for k, v in inputs.items():
         args += ["--input", f"{k}={json.dumps(v)}"]
-    got = json.loads(cli(*args))["outputs"]
+    got = json.loads(clitools.dfc_ok(*args))["outputs"]
     py_args = [np.asarray(v, np.float32) if isinstance(v, list) else v for v in inputs.values()]
     want = flat(python_reference(name)(*py_args))
     assert len(got) == len(want)

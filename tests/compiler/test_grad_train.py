@@ -2,13 +2,12 @@
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import dfc
+from tests import clitools
 
 rng = np.random.default_rng(5)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -96,13 +95,8 @@ def test_lstm_sample_trains_in_python_and_via_the_cli(tmp_path):
     assert losses.shape == (50,) and losses[-1] < 0.3 * losses[0]
     np.save(tmp_path / "xs.npy", xs)
     np.save(tmp_path / "ys.npy", ys)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(HERE))] +
-                                                     sys.path))
-    cli = [sys.executable, "-m", "dfc.cli"]
-    subprocess.run(cli + ["compile", os.path.join(HERE, "data", "lstm_train.py"), "-o", str(tmp_path)],
-                   check=True, env=env, capture_output=True, cwd=tmp_path)
-    out = subprocess.run(cli + ["run", str(tmp_path / "train.json"), "--input", f"xs=@{tmp_path / 'xs.npy'}",
-                                "--input", f"ys=@{tmp_path / 'ys.npy'}", "--input", "steps=50", "--json"],
-                         check=True, env=env, capture_output=True, text=True, cwd=tmp_path)
-    cli_losses = np.array(json.loads(out.stdout)["outputs"][0])
+    clitools.dfc_ok("compile", os.path.join(HERE, "data", "lstm_train.py"), "-o", tmp_path, cwd=tmp_path)
+    out = clitools.dfc_ok("run", tmp_path / "train.json", "--input", f"xs=@{tmp_path / 'xs.npy'}",
+                          "--input", f"ys=@{tmp_path / 'ys.npy'}", "--input", "steps=50", "--json", cwd=tmp_path)
+    cli_losses = np.array(json.loads(out)["outputs"][0])
     np.testing.assert_allclose(cli_losses, losses, rtol=1e-9)

@@ -1,8 +1,6 @@
 """Checkpoint files are safe: atomic saves, checked restores, and loaded graphs confined to a directory."""
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -10,8 +8,7 @@ import numpy as np
 import pytest
 
 import dfc
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests import clitools
 
 
 def _saving_graph(path, tmp_path, name="saver"):
@@ -22,18 +19,13 @@ def _saving_graph(path, tmp_path, name="saver"):
     return file
 
 
-def _dfc(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "dfc.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env=dict(os.environ, PYTHONPATH=ROOT), check=False)
-
-
 @pytest.mark.parametrize("bad", ["../escaped.npz", "/tmp/dfc_escaped_{pid}.npz", "a/../../escaped.npz"])
 def test_dfc_run_refuses_a_save_outside_the_checkpoint_dir(tmp_path, bad):
     bad = bad.format(pid=os.getpid())
     work = tmp_path / "work"
     work.mkdir()
     graph = _saving_graph(bad, tmp_path)
-    r = _dfc("run", graph, "--checkpoint-dir", str(work), cwd=str(work))
+    r = clitools.dfc("run", graph, "--checkpoint-dir", str(work), cwd=str(work))
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr
     assert "checkpoint path" in r.stderr and "save" in r.stderr      # names the path and the Save node
@@ -48,11 +40,11 @@ def test_dfc_run_writes_under_the_checkpoint_dir(tmp_path):
     ckdir.mkdir()
     graph = _saving_graph("sub/model.npz", tmp_path)
     (ckdir / "sub").mkdir()
-    r = _dfc("run", graph, "--checkpoint-dir", str(ckdir), cwd=str(tmp_path))
+    r = clitools.dfc("run", graph, "--checkpoint-dir", str(ckdir), cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     with np.load(ckdir / "sub" / "model.npz") as z:
         np.testing.assert_array_equal(z["w"], [0, 1, 2])
-    r = _dfc("run", graph, cwd=str(ckdir))                           # default: the current directory
+    r = clitools.dfc("run", graph, cwd=str(ckdir))                           # default: the current directory
     assert r.returncode == 0, r.stderr
 
 
@@ -119,8 +111,7 @@ def test_a_process_killed_while_saving_keeps_the_previous_checkpoint(tmp_path):
     script.write_text(SAVER)
     rng = np.random.default_rng(0)
     for kill in range(4):
-        p = subprocess.Popen([sys.executable, str(script), path], stdout=subprocess.PIPE, text=True,
-                             env=dict(os.environ, PYTHONPATH=ROOT))
+        p = clitools.start_python(script, path, stderr=None)
         try:
             assert p.stdout.readline().strip() == "1.0"            # one complete save exists
             time.sleep(float(rng.uniform(0.0, 0.3)))                # then kill it at a random moment

@@ -7,14 +7,12 @@ the sizes small; the CLI tests compare the compiled graph's outputs with the sam
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENV = dict(os.environ, PYTHONPATH=ROOT)
+from tests import clitools
+from tests.clitools import ROOT
 
 
 def load(name):
@@ -25,15 +23,8 @@ def load(name):
     return module
 
 
-def cli(*args, env=None):
-    r = subprocess.run([sys.executable, "-m", "dfc.cli", *args], capture_output=True, text=True,
-                       env=env or ENV, cwd=ROOT, check=False)
-    assert r.returncode == 0, r.stderr
-    return r.stdout
-
-
 def compile_sample(name, out_dir, env=None):
-    cli("compile", f"samples/{name}.py", "-o", str(out_dir), env=env)
+    clitools.dfc_ok("compile", f"samples/{name}.py", "-o", str(out_dir), env=env)
 
 
 def run_graph(path, env=None, options=(), **inputs):
@@ -45,7 +36,7 @@ def run_graph(path, env=None, options=(), **inputs):
             np.save(f, v)
             v = "@" + f
         args += ["--input", f"{k}={v}"]
-    return json.loads(cli(*args, env=env))["outputs"]
+    return json.loads(clitools.dfc_ok(*args, env=env))["outputs"]
 
 
 # ---------------------------------------------------------------- 1. dynamic_rnn
@@ -261,7 +252,7 @@ def test_linear_model_trains_in_one_loop_and_restores_its_checkpoint(tmp_path):
 
 def test_linear_model_compiled(tmp_path):
     m = load("linear_model")
-    env = dict(ENV, LINEAR_MODEL_CHECKPOINT="ckpt.npz")        # relative to the checkpoint directory
+    env = {"LINEAR_MODEL_CHECKPOINT": "ckpt.npz"}        # relative to the checkpoint directory
     compile_sample("linear_model", tmp_path, env=env)
     xs, ys = m.make_data(n=16, seed=2)
     options = ("--checkpoint-dir", str(tmp_path))
@@ -281,7 +272,6 @@ def test_linear_model_compiled(tmp_path):
 
 @pytest.mark.parametrize("name,expect", [("scan", "== numpy.cumsum"), ("beam_search", "same as numpy")])
 def test_quick_samples_run_as_scripts(name, expect):
-    r = subprocess.run([sys.executable, f"samples/{name}.py"], capture_output=True, text=True, env=ENV, cwd=ROOT,
-                       check=False)
+    r = clitools.python(f"samples/{name}.py")
     assert r.returncode == 0, r.stderr
     assert expect in r.stdout
