@@ -6,7 +6,6 @@ Valid programs are checked against running them as plain Python; invalid ones mu
 DfcError naming this file's line.
 """
 import functools
-import inspect
 
 import numpy as np
 import pytest
@@ -15,32 +14,9 @@ import dfc
 from dfc.compiler.autograph import function
 from dfc.compiler.autograph.errors import DfcUndefinedVariableError, DfcUnsupportedSyntaxError
 from dfc.errors import DfcError, DfcRuntimeError, DfcTypeError
+from tests.compiler._autograph import _py, expect, f32, i32, line_of
 
-f32, i32 = np.float32, np.int32
 HERE = "test_autograph_semantics_if.py"
-
-
-def line_of(fn, text):
-    """The file line number of the first source line of fn containing text."""
-    lines, first = inspect.getsourcelines(fn)
-    for i, line in enumerate(lines):
-        if text in line:
-            return first + i
-    raise AssertionError(text)
-
-
-def expect(exc_type, fn, args, marker, *names):
-    with pytest.raises(exc_type) as info:
-        function(fn)(*args)
-    message = str(info.value)
-    for name in names:
-        assert name in message, message
-    assert f"{HERE}:{line_of(fn, marker)}" in message, message
-    return message
-
-
-def _py(v):
-    return v.item() if isinstance(v, np.generic) else v
 
 
 def matches_python(fn, *arg_sets):

@@ -4,7 +4,6 @@ Valid programs are checked against running the same function as plain Python
 (on Python scalars / numpy arrays); invalid ones must raise a DfcError that
 names this file's line.
 """
-import inspect
 import random
 import warnings
 
@@ -15,22 +14,10 @@ import dfc
 from dfc.compiler.autograph import function
 from dfc.compiler.autograph.errors import DfcTraceTimeRandomWarning
 from dfc.errors import DfcAssertionError, DfcConversionError, DfcTypeError
-
-f32, i32 = np.float32, np.int32
+from tests.compiler._autograph import _check, _py, expect, f32, i32, line_of, stack
 
 
 # ------------------------------------------------------------------ helpers
-def stack(xs, axis=0):
-    """np.stack in plain Python, dfc.stack when tracing (xs is then a list carried as tensors)."""
-    if isinstance(xs, list) and not any(isinstance(x, dfc.Tensor) for x in xs):
-        return np.stack(xs, axis=axis)
-    return dfc.stack(xs, axis=axis)
-
-
-def _py(v):
-    return v.item() if isinstance(v, np.generic) else v
-
-
 def same_as_python(fn, *arg_sets, all_modes=None):
     converted = function(fn)
     for args in arg_sets:
@@ -40,36 +27,7 @@ def same_as_python(fn, *arg_sets, all_modes=None):
             actual = all_modes(converted.trace(*specs), *args)
         else:
             actual = converted(*args)
-        _check(actual, expected)
-
-
-def _check(actual, expected):
-    if isinstance(expected, (tuple, list)):
-        assert isinstance(actual, (tuple, list)) and len(actual) == len(expected), (actual, expected)
-        for a, e in zip(actual, expected):
-            _check(a, e)
-    else:
-        np.testing.assert_allclose(np.asarray(actual, np.float64), np.asarray(expected, np.float64),
-                                   rtol=1e-6)
-
-
-def line_of(fn, marker):
-    lines, first = inspect.getsourcelines(fn)
-    for i, line in enumerate(lines):
-        if marker in line:
-            return first + i
-    raise AssertionError(marker)
-
-
-def expect(exc_type, fn, args, marker, *words):
-    """fn(*args) through dfc.function raises exc_type naming this file's line with `marker`."""
-    with pytest.raises(exc_type) as info:
-        function(fn)(*args)
-    message = str(info.value)
-    assert f"test_autograph_semantics_loops.py:{line_of(fn, marker)}" in message, message
-    for word in words:
-        assert word in message, message
-    return message
+        _check(actual, expected, rtol=1e-6, atol=0)
 
 
 # ------------------------------------------------------------------ 1. containers in tensor loops
