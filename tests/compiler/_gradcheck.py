@@ -13,12 +13,14 @@ def mode():
 
 
 def build(fn, *specs, wrt=None):
-    """Trace x -> (fn(*x), gradients(fn(*x), x[wrt]))."""
+    """Trace x -> (fn(*x), gradients(fn(*x), x[wrt])); the graph with its gradients must verify."""
     def traced(*args):
         y = fn(*args)
         xs = [args[i] for i in (range(len(args)) if wrt is None else wrt)]
         return y, dfc.gradients(y, xs)
-    return dfc.trace(traced, *specs)
+    g = dfc.trace(traced, *specs)
+    g.verify()
+    return g
 
 
 def run(graph, *args):
