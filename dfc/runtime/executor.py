@@ -47,7 +47,18 @@ _KIND = {"switch": SWITCH, "merge": MERGE, "enter": ENTER, "exit": EXIT, "next_i
 HEAVY_ELEMENTS = 16384   # below this many input elements a heavy kernel still runs inline
 
 
-FIRED = ()   # marks a Merge that already fired in an iteration
+
+
+class Pending:
+    """A node of one iteration waiting for its inputs: how many are still missing (control inputs
+    count), whether any was dead, and the data values so far (for a Merge: its value and index)."""
+    __slots__ = ("missing", "dead", "args")
+
+    def __init__(self, missing, args, dead=False):
+        self.missing, self.args, self.dead = missing, args, dead
+
+
+FIRED = Pending(0, ())   # in an iteration's states: a Merge that already fired there
 
 
 class KernelContext:
@@ -134,7 +145,7 @@ class Plan:
         self.heavy = [False] * N
         self.out_edges = [[] for _ in range(N)]
         self.ctrl_outs = [[] for _ in range(N)]
-        self.blank = [None] * N
+        self.arity = [(0, 0)] * N     # (inputs to wait for, control ones included; data inputs)
         self.merge_need = [0] * N
         self.child_fid = [0] * N
         self.is_constant = [False] * N
@@ -186,7 +197,7 @@ class Plan:
                         outs.append([])
                     outs[port].append((i, nin))
                     nin += 1
-            self.blank[i] = [len(ins), False] + [None] * nin
+            self.arity[i] = (len(ins), nin)
             if not ins:
                 if self.fid[i] != 0:
                     raise DfcError("node without inputs inside a loop frame", node=n.name)
@@ -271,7 +282,7 @@ class Run:
         ready = collections.deque()
         for i in p.roots:
             it0.outstanding += 1
-            ready.append((i, it0, p.blank[i][:]))
+            ready.append((i, it0, Pending(0, [])))
         with np.errstate(all="ignore"):
             if self.pool is None:
                 self._loop_inline(ready)
@@ -299,12 +310,12 @@ class Run:
                 i, it, st = popleft()
                 k = kind[i]
                 if k == NORMAL:
-                    if st[1]:
+                    if st.dead:
                         outs = None
                     else:
                         ctx.tag = it.tag
                         try:
-                            outs = kern[i](ctx, st[2:])
+                            outs = kern[i](ctx, st.args)
                         except Exception as e:   # noqa: BLE001 — re-raised as a DfcError naming the node
                             raise self._wrap(i, e) from None
                     self._propagate(i, it, outs, ready)
@@ -344,10 +355,10 @@ class Run:
                 i, it, st = ready.popleft()
                 if kind[i] == RECV:
                     self._post_recv(i, it)
-                elif heavy[i] and not st[1] and sum(getattr(a, "size", 1) for a in st[2:]) >= HEAVY_ELEMENTS:
+                elif heavy[i] and not st.dead and sum(getattr(a, "size", 1) for a in st.args) >= HEAVY_ELEMENTS:
                     if transport is not None:
                         transport.coord.started_kernel()
-                    self.pool.submit(task, i, it, st[2:])
+                    self.pool.submit(task, i, it, st.args)
                     self.kernels_in_flight += 1
                 else:
                     try:
@@ -418,7 +429,7 @@ class Run:
         t = self.transport
         if t is None:
             raise DfcError("Send outside a partitioned run", node=self.p.nodes[i].name)
-        v = DEAD if st[1] else (st[2] if len(st) > 2 else TOKEN)
+        v = DEAD if st.dead else (st.args[0] if st.args else TOKEN)
         try:
             t.rendezvous.send(self.p.xfer[i] + (it.tag,), v)
         except RuntimeError as e:
@@ -436,7 +447,7 @@ class Run:
 
     def _release(self, st):
         mem = self.mem
-        for v in st[2:]:
+        for v in st.args:
             if v is not None and v is not DEAD:
                 mem.release(v)
 
@@ -453,35 +464,35 @@ class Run:
         release = st is not None and self.mem is not None
         if k == NORMAL or k == RECV:
             if st is not None:
-                if st[1]:
+                if st.dead:
                     outs = None
                 else:
                     self.ctx.tag = it.tag
                     try:
-                        outs = self.kern[i](self.ctx, st[2:])
+                        outs = self.kern[i](self.ctx, st.args)
                     except Exception as e:   # noqa: BLE001
                         raise self._wrap(i, e) from None
             self._propagate(i, it, outs, ready)
         elif k == SWITCH:
-            if st[1]:
+            if st.dead:
                 self._propagate(i, it, None, ready)
             else:
-                v = st[2]
-                taken = predicate(st[3], self.p.nodes[i])
+                v = st.args[0]
+                taken = predicate(st.args[1], self.p.nodes[i])
                 self._propagate(i, it, (DEAD, v) if taken else (v, DEAD), ready, ports_may_be_dead=True)
         elif k == MERGE:
-            outs = None if st[1] else (st[2], np.int32(st[3]))
+            outs = None if st.dead else (st.args[0], np.int32(st.args[1]))
             self._propagate(i, it, outs, ready)
         elif k == ENTER:
-            self._enter(i, it, DEAD if st[1] else st[2], ready)
+            self._enter(i, it, DEAD if st.dead else st.args[0], ready)
         elif k == EXIT:
-            if not st[1]:
+            if not st.dead:
                 frame = it.frame
                 frame.live_exits.add(i)
-                self._propagate(i, frame.parent_iter, (st[2],), ready)
+                self._propagate(i, frame.parent_iter, (st.args[0],), ready)
         elif k == NEXT:
-            if not st[1]:
-                release = self._next_iteration(i, it, st[2], ready) and release
+            if not st.dead:
+                release = self._next_iteration(i, it, st.args[0], ready) and release
         else:  # SEND
             self._send(i, it, st)
         if release:
@@ -499,7 +510,7 @@ class Run:
         p = self.p
         if i in p.fetch_nodes and it.frame.fid == 0:
             self._record(i, outs)
-        kind, blank = p.kind, p.blank
+        kind, arity = p.kind, p.arity
         states = it.states
         dead_node = outs is None
         if self.mem is not None and not dead_node:
@@ -514,13 +525,14 @@ class Run:
                     continue
                 st = states.get(dst)
                 if st is None:
-                    st = states[dst] = blank[dst][:]
+                    need, nargs = arity[dst]
+                    st = states[dst] = Pending(need, [None] * nargs)
                 if v is DEAD:
-                    st[1] = True
+                    st.dead = True
                 else:
-                    st[slot + 2] = v
-                st[0] -= 1
-                if st[0] == 0:
+                    st.args[slot] = v
+                st.missing -= 1
+                if st.missing == 0:
                     del states[dst]
                     it.outstanding += 1
                     ready.append((dst, it, st))
@@ -530,11 +542,12 @@ class Run:
             for dst in ctrl:
                 st = states.get(dst)
                 if st is None:
-                    st = states[dst] = blank[dst][:]
+                    need, nargs = arity[dst]
+                    st = states[dst] = Pending(need, [None] * nargs)
                 if dead:
-                    st[1] = True
-                st[0] -= 1
-                if st[0] == 0:
+                    st.dead = True
+                st.missing -= 1
+                if st.missing == 0:
                     del states[dst]
                     it.outstanding += 1
                     ready.append((dst, it, st))
@@ -548,16 +561,16 @@ class Run:
             return
         if v is DEAD:
             if st is None:
-                st = states[dst] = [self.p.merge_need[dst]]
-            st[0] -= 1
-            if st[0] == 0:
+                st = states[dst] = Pending(self.p.merge_need[dst], ())
+            st.missing -= 1
+            if st.missing == 0:
                 states[dst] = FIRED
                 it.outstanding += 1
-                ready.append((dst, it, [0, True]))
+                ready.append((dst, it, Pending(0, (), dead=True)))
         else:
             states[dst] = FIRED
             it.outstanding += 1
-            ready.append((dst, it, [0, False, v, slot]))
+            ready.append((dst, it, Pending(0, (v, slot))))
 
     # -------------------------------------------------------------- frames
     def _enter(self, i, it, v, ready):

@@ -17,7 +17,9 @@ from dfc.runtime.limits import kernel_error
 from dfc.runtime.values import DEAD
 
 NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT = range(6)
-_TAGGED_OPS = frozenset({"RandomUniform", "RandomNormal"})   # kernels that read ctx.tag
+# kernels that read ctx.tag: random draws, and TensorArray writes (keys of gradient sums)
+_TAGGED_OPS = frozenset({"RandomUniform", "RandomNormal", "TensorArrayWrite", "TensorArrayUnstack",
+                         "TensorArrayScatter"})
 _NOT_FUSABLE = frozenset({"Send", "Recv"})
 _PASS_THROUGH = frozenset({"Identity", "StopGradient", "LoopCond"})
 

@@ -165,15 +165,6 @@ class Interpreter:
                 self.start_iteration(frame, n)
                 self.emit(name, frame.tag(n), [(inputs[0], False)], False)
 
-    def truth(self, name, pred):
-        try:
-            return bool(pred)
-        except (ValueError, TypeError):     # a loaded graph's predicate that is not one bool
-            node = self.graph.nodes[name]
-            raise DfcRuntimeError(f"{node.op} predicate must be a scalar bool, got "
-                                  f"{getattr(pred, 'dtype', type(pred).__name__)}{list(getattr(pred, 'shape', ()))}",
-                                  node=name, loc=node.loc) from None
-
     def compute(self, name, tag, inputs):
         if name in self.feeds:
             return (self.feeds[name],)

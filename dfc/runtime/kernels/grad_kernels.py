@@ -22,9 +22,9 @@ class GradTensorArrayStore(TensorArrayStore):
         if i < 0:
             raise DfcRuntimeError(f"TensorArray index {i} is negative")
         if i < len(self.items) and self.items[i] is not None:
-            return self.items[i]
+            return self.items[i].value()
         if i < len(self.forward.items) and self.forward.items[i] is not None:
-            return np.zeros_like(self.forward.items[i], dtype=self.dtype)
+            return np.zeros_like(self.forward.read(i), dtype=self.dtype)
         es = self.element_shape
         if es is not None and None not in es:
             return np.zeros(es, self.dtype)

@@ -62,6 +62,31 @@ def _pop(node, xp):
     return f
 
 
+class _Sum:
+    """The contributions written to one element of an accumulating (gradient) TensorArray, summed in
+    the order of their keys (writer node, frame tag, position): floating-point sums do not depend on
+    the order in which the executor, fused loops or partitions happened to run the writes."""
+    __slots__ = ("parts", "total")
+
+    def __init__(self):
+        self.parts, self.total = {}, None
+
+    def add(self, key, v):
+        if key in self.parts:
+            v = self.parts[key] + v
+        self.parts[key] = v
+        self.total = None
+
+    def value(self):
+        if self.total is None:
+            vals = [self.parts[k] for k in sorted(self.parts)]
+            total = vals[0]
+            for v in vals[1:]:
+                total = total + v
+            self.total = total
+        return self.total
+
+
 class TensorArrayStore:
     """The storage behind a TensorArray handle."""
     __slots__ = ("dtype", "items", "dynamic", "element_shape", "accumulate")
@@ -81,14 +106,18 @@ class TensorArrayStore:
                 raise DfcRuntimeError(f"TensorArray index {i} out of range (size {len(self.items)})")
         return i
 
-    def write(self, i, v):
+    def write(self, i, v, key=()):
+        """Set element i; an accumulating array adds `v` to it under `key` (see _Sum)."""
         i = self._check_index(i, grow=True)
         if v.dtype.name != self.dtype:
             raise DfcRuntimeError(f"TensorArray of {self.dtype} cannot hold {v.dtype.name}")
+        if self.accumulate:
+            if self.items[i] is None:
+                self.items[i] = _Sum()
+            self.items[i].add(key, v)
+            return
         if self.items[i] is not None:
-            if not self.accumulate:
-                raise DfcRuntimeError(f"TensorArray index {i} written twice")
-            v = self.items[i] + v
+            raise DfcRuntimeError(f"TensorArray index {i} written twice")
         self.items[i] = v
 
     def read(self, i):
@@ -98,7 +127,7 @@ class TensorArrayStore:
             if self.accumulate and self.element_shape is not None and None not in self.element_shape:
                 return np.zeros(self.element_shape, self.dtype)
             raise DfcRuntimeError(f"TensorArray index {i} read before it was written")
-        return v
+        return v.value() if self.accumulate else v
 
     def stack(self, xp, indices=None):
         idx = range(len(self.items)) if indices is None else [int(i) for i in np.asarray(indices).reshape(-1)]
@@ -126,8 +155,10 @@ def _ta_new(node, xp):
 
 @kernel("TensorArrayWrite")
 def _ta_write(node, xp):
+    name = node.name
+
     def f(ctx, a):
-        a[0].write(a[1], a[2])
+        a[0].write(a[1], a[2], (name, ctx.tag, 0))
         return (FLOW,)
     return f
 
@@ -164,18 +195,22 @@ def _ta_concat(node, xp):
 
 @kernel("TensorArrayUnstack")
 def _ta_unstack(node, xp):
+    name = node.name
+
     def f(ctx, a):
         for i, v in enumerate(a[1]):
-            a[0].write(i, v)
+            a[0].write(i, v, (name, ctx.tag, i))
         return (FLOW,)
     return f
 
 
 @kernel("TensorArrayScatter")
 def _ta_scatter(node, xp):
+    name = node.name
+
     def f(ctx, a):
-        for i, v in zip(np.asarray(a[1]).reshape(-1), a[2]):
-            a[0].write(i, v)
+        for k, (i, v) in enumerate(zip(np.asarray(a[1]).reshape(-1), a[2])):
+            a[0].write(i, v, (name, ctx.tag, k))
         return (FLOW,)
     return f
 
