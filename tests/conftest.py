@@ -27,7 +27,10 @@ def placed_randomly(graph, seed):
 
 
 def _placed(graph):
-    return dfc.Session(placed_randomly(graph, zlib.crc32(" ".join(graph.nodes).encode())), mode="threads")
+    s = dfc.Session(placed_randomly(graph, zlib.crc32(" ".join(graph.nodes).encode())), mode="threads")
+    for part in s.partitions().values():
+        part.verify()                   # partitioning keeps every per-device graph well formed
+    return s
 
 
 # name -> graph -> Session. The first is the definition; all others must agree with it exactly.

@@ -105,10 +105,10 @@ def _colocation_groups(graph):
             if outs and port < len(outs) and outs[port].dtype == dt.HANDLE:
                 parent[find(n.name)] = find(src)
     groups = {}
-    for x in parent:
+    joined = set(parent) | set(parent.values())        # the resource node itself belongs to its group
+    for x in filter(joined.__contains__, graph.nodes):   # in graph order: deterministic placement
         groups.setdefault(find(x), []).append(x)
-    order = {name: k for k, name in enumerate(graph.nodes)}
-    return [sorted(g, key=order.get) for g in groups.values()]
+    return list(groups.values())
 
 
 def _group_device(graph, members, explicit):

@@ -351,9 +351,6 @@ def test_gradients_of_a_loop_split_across_devices():
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: place() leaves the resource node out of its colocation group "
-                   "(_colocation_groups lists only the nodes its handle flows to), so a TensorArray or stack "
-                   "created on one device and used on another gets its handle sent, which verify() rejects")
 def test_a_tensor_array_and_its_users_share_one_device():
     """The handle never crosses devices: the writes and reads go where the TensorArray was created
     (its explicit device wins over theirs), so no partition sends a resource handle."""
