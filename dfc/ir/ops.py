@@ -29,13 +29,21 @@ class OpDef:
     kind: "normal" or the control-flow primitive it is ("switch", "merge", ...).
     stateful: has side effects or reads state (never pruned by CSE, ordered).
     heavy: its kernel may be worth running on the thread pool.
+    in_executor: the executor implements it (the five primitives move values between frames,
+        Send/Recv talk to the rendezvous); it has no kernel.
+    cost: fn(attrs, in_types, out_types) -> elements of work, for placement (default: the
+        elements of the outputs).
     """
 
-    __slots__ = ("name", "inputs", "outputs", "attrs", "infer", "kind", "stateful", "heavy")
+    __slots__ = ("name", "inputs", "outputs", "attrs", "infer", "kind", "stateful", "heavy", "in_executor",
+                 "cost")
 
-    def __init__(self, name, inputs, outputs, attrs, infer, kind="normal", stateful=False, heavy=False):
+    def __init__(self, name, inputs, outputs, attrs, infer, kind="normal", stateful=False, heavy=False,
+                 in_executor=False, cost=None):
         self.name, self.inputs, self.outputs, self.attrs = name, tuple(inputs), outputs, attrs
         self.infer, self.kind, self.stateful, self.heavy = infer, kind, stateful, heavy
+        self.in_executor = in_executor or kind != "normal"
+        self.cost = cost
 
     @property
     def variadic(self):
@@ -212,6 +220,8 @@ def _fill_shape(t):
 
 def _fill_infer(attrs, ins):
     _require("Fill", ins[0], dt.INTS, "shape")
+    if ins[1].shape not in (None, ()):
+        raise DfcTypeError(f"Fill value must be a scalar, got shape {dt.format_shape(ins[1].shape)}")
     return [TType(ins[1].dtype, _fill_shape(ins[0]))]
 
 
@@ -604,8 +614,18 @@ def _matmul_infer(attrs, ins):
     return [TType(d, batch + (a[-2], b[-1]))]
 
 
+def _matmul_cost(attrs, ins, outs):
+    """m x n outputs, k multiply-adds each."""
+    a = ins[0].shape if ins and ins[0] is not None else None
+    k = (a[-2] if attrs.get("transpose_a") else a[-1]) if a and len(a) >= 2 else (a[-1] if a else 1)
+    n = 1
+    for d in (outs[0].shape or ()) if outs and outs[0] is not None else ():
+        n *= d or 1
+    return n * (k or 1)
+
+
 register("MatMul", ("a", "b"), 1, {"transpose_a": ("bool", False), "transpose_b": ("bool", False)},
-         _matmul_infer, heavy=True)
+         _matmul_infer, heavy=True, cost=_matmul_cost)
 
 # ---------------------------------------------------------------- control flow (§4.1)
 
@@ -651,6 +671,9 @@ register("NoOp", (), 0, {}, lambda a, ins: [])
 
 
 def _print_infer(attrs, ins):
+    if len(attrs["template"]) != len(ins) + 1:
+        raise DfcTypeError(f"Print template has {len(attrs['template'])} pieces; {len(ins)} values need "
+                           f"{len(ins) + 1} (the text before, between and after them)")
     return []
 
 
@@ -825,5 +848,6 @@ def _send_infer(attrs, ins):
     return []
 
 
-register("Send", ("*x",), 0, dict(_XFER_ATTRS), _send_infer, stateful=True)
-register("Recv", (), 1, dict(_XFER_ATTRS), lambda a, ins: [TType(a["dtype"], a["shape"])], stateful=True)
+register("Send", ("*x",), 0, dict(_XFER_ATTRS), _send_infer, stateful=True, in_executor=True)
+register("Recv", (), 1, dict(_XFER_ATTRS), lambda a, ins: [TType(a["dtype"], a["shape"])], stateful=True,
+         in_executor=True)

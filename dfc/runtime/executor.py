@@ -169,7 +169,7 @@ class Plan:
                 self.feed_index[n.name] = i
             elif n.op == "Placeholder":
                 raise DfcInputError(f"input {n.name!r} needs a value", node=n.name)
-            else:
+            elif not opdef.in_executor:
                 if device is not None:
                     device.check_op(n)
                 self.kern[i] = kernel_for(n, xp)

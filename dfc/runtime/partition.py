@@ -134,12 +134,13 @@ def _bytes(t):
 
 
 def _compute_seconds(node, out_types, in_types, device):
-    if not opreg.get(node.op).heavy:
+    opdef = opreg.get(node.op)
+    if not opdef.heavy:
         return _OP_SECONDS
-    work = sum(_elements(t) for t in out_types) or 1
-    if node.op == "MatMul" and len(in_types) == 2 and in_types[0] is not None and in_types[0].shape:
-        k = in_types[0].shape[-1] or 1
-        work *= k
+    if opdef.cost is not None:
+        work = opdef.cost(node.attrs, in_types, out_types) or 1
+    else:
+        work = sum(_elements(t) for t in out_types) or 1
     return _OP_SECONDS + work * _ELEMENT_SECONDS / device.speed
 
 
