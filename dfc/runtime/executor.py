@@ -122,45 +122,42 @@ class Plan:
         rendezvous keys made from them) agree across devices. device: a dfc.runtime.devices.Device.
         memory_limit: a dfc.runtime.limits.MemoryLimit every kernel is checked against (or None)."""
         self.graph, self.device, self.memory_limit = graph, device, memory_limit
-        if device is not None:
-            xp = device.xp
         self.mem_accounting = device is not None and device.memory is not None
-        frame_of, parent = graph.frames()
-        fetch_nodes = [parse_input(f)[0] for f in fetches]
-        needed = self._prune(graph, fetch_nodes + list(targets), set(feed_names))
-        nodes = [n for n in graph.nodes.values() if n.name in needed]
-        self.nodes = nodes
-        self.index = idx = {n.name: i for i, n in enumerate(nodes)}
+        feed_names = set(feed_names)
+        self._index(graph, [parse_input(f)[0] for f in fetches] + list(targets), feed_names, frame_ids)
+        self._kernels(feed_names, xp if device is None else device.xp, device, memory_limit)
+        self._wire(feed_names)
+        self._frames(parallel_iterations)
+        self._fetches(fetches)
+        self.programs = {}
+        if fuse and not self.mem_accounting:
+            from dfc.runtime.fused import build_programs
+            self.programs = build_programs(self)
+
+    def _index(self, graph, wanted, feed_names, frame_ids):
+        """The nodes the run needs, numbered; frames numbered (the root is 0)."""
+        self.frame_of, self.parent = frame_of, parent = graph.frames()
+        needed = self._prune(graph, wanted, feed_names)
+        self.nodes = [n for n in graph.nodes.values() if n.name in needed]
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
         if frame_ids is None:
             fids = {f: k for k, f in enumerate(sorted(parent, key=lambda f: (f != ROOT_FRAME, f)))}
         else:
             fids = {f: frame_ids[f] for f in parent}
-        nf = max(fids.values()) + 1
-        self.frame_names = [None] * nf
+        self.fids = fids
+        self.frame_names = [None] * (max(fids.values()) + 1)
         for f, k in fids.items():
             self.frame_names[k] = f
-        N = len(nodes)
-        self.kind = [0] * N
-        self.kern = [None] * N
-        self.heavy = [False] * N
-        self.out_edges = [[] for _ in range(N)]
-        self.ctrl_outs = [[] for _ in range(N)]
-        self.arity = [(0, 0)] * N     # (inputs to wait for, control ones included; data inputs)
-        self.merge_need = [0] * N
-        self.child_fid = [0] * N
-        self.is_constant = [False] * N
-        self.fid = [fids[frame_of[n.name]] for n in nodes]
-        self.enter_count = [0] * nf
-        self.frame_exits = [[] for _ in range(nf)]
-        self.max_par = [1 << 30] * nf
-        self.roots = []
-        self.feed_index = {}
-        self.ins = [[] for _ in range(N)]
-        self.ctrl_ins = [[] for _ in range(N)]
-        self.xfer = {}      # Send/Recv node -> (tensor_name, send_device, recv_device)
         self.frame_parent = [fids[parent[f]] if f is not None and parent[f] is not None else -1
                              for f in self.frame_names]
-        for i, n in enumerate(nodes):
+        self.fid = [fids[frame_of[n.name]] for n in self.nodes]
+
+    def _kernels(self, feed_names, xp, device, memory_limit):
+        """Each node's kind (NORMAL, SWITCH, ...) and kernel; a fed node just yields its feed."""
+        N = len(self.nodes)
+        self.kind, self.kern, self.heavy = [0] * N, [None] * N, [False] * N
+        self.feed_index, self.xfer = {}, {}      # xfer: Send/Recv -> (tensor_name, send_device, recv_device)
+        for i, n in enumerate(self.nodes):
             opdef = opreg.get(n.op)
             fed = n.name in feed_names
             k = NORMAL if fed else _XFER.get(n.op) or _KIND.get(opdef.kind, NORMAL)
@@ -182,7 +179,16 @@ class Plan:
                 a = n.attrs
                 self.xfer[i] = (a["tensor_name"], a["send_device"], a["recv_device"])
             self.heavy[i] = opdef.heavy and not fed
-            ins = [] if fed else n.inputs
+
+    def _wire(self, feed_names):
+        """Edges both ways (data by port and slot, control), what each node waits for, the roots."""
+        N, idx = len(self.nodes), self.index
+        self.ins, self.ctrl_ins = [[] for _ in range(N)], [[] for _ in range(N)]
+        self.out_edges, self.ctrl_outs = [[] for _ in range(N)], [[] for _ in range(N)]
+        self.arity = [(0, 0)] * N     # (inputs to wait for, control ones included; data inputs)
+        self.roots = []
+        for i, n in enumerate(self.nodes):
+            ins = [] if n.name in feed_names else n.inputs
             nin = 0
             for ref in ins:
                 src, port, ctrl = parse_input(ref)
@@ -202,11 +208,23 @@ class Plan:
                 if self.fid[i] != 0:
                     raise DfcError("node without inputs inside a loop frame", node=n.name)
                 self.roots.append(i)
+        for i, n in enumerate(self.nodes):   # every output port gets an edge list
+            nout = opreg.get(n.op).num_outputs(n.attrs, len(n.data_inputs))
+            while len(self.out_edges[i]) < nout:
+                self.out_edges[i].append([])
+
+    def _frames(self, parallel_iterations):
+        """Per loop frame: its Enters, Exits and iteration bound; per Merge, the inputs it waits for."""
+        N, nf = len(self.nodes), len(self.frame_names)
+        self.merge_need, self.child_fid, self.is_constant = [0] * N, [0] * N, [False] * N
+        self.enter_count, self.frame_exits, self.max_par = [0] * nf, [[] for _ in range(nf)], [1 << 30] * nf
+        for i, n in enumerate(self.nodes):
+            k = self.kind[i]
             if k == MERGE:
-                srcs = [graph.nodes[parse_input(r)[0]].op for r in ins]
-                self.merge_need[i] = 1 if "NextIteration" in srcs else nin
+                srcs = [self.graph.nodes[parse_input(r)[0]].op for r in n.inputs]
+                self.merge_need[i] = 1 if "NextIteration" in srcs else self.arity[i][1]
             elif k == ENTER:
-                cf = fids[n.attrs["frame_name"]]
+                cf = self.fids[n.attrs["frame_name"]]
                 self.child_fid[i] = cf
                 self.is_constant[i] = n.attrs.get("is_constant", False)
                 self.enter_count[cf] += 1
@@ -214,10 +232,10 @@ class Plan:
                 self.max_par[cf] = min(self.max_par[cf], max(1, int(par)))
             elif k == EXIT:
                 self.frame_exits[self.fid[i]].append(i)
-        for i, n in enumerate(nodes):   # every output port gets an edge list
-            nout = opreg.get(n.op).num_outputs(n.attrs, len(n.data_inputs))
-            while len(self.out_edges[i]) < nout:
-                self.out_edges[i].append([])
+
+    def _fetches(self, fetches):
+        """(node, port) of each fetch, which must live in the root frame."""
+        idx = self.index
         self.fetches = []
         for f in fetches:
             name, port, _ = parse_input(f)
@@ -225,7 +243,7 @@ class Plan:
                 raise DfcError(f"fetch {f!r} names no node")
             out_frame = self.fid[idx[name]]
             if self.kind[idx[name]] == EXIT:
-                out_frame = fids[parent[self.frame_names[out_frame]]]
+                out_frame = self.fids[self.parent[self.frame_names[out_frame]]]
             if out_frame != 0:
                 raise DfcError(f"cannot fetch {f!r}: it lives inside a loop frame", node=name)
             if port >= len(self.out_edges[idx[name]]):
@@ -233,11 +251,7 @@ class Plan:
             self.fetches.append((idx[name], port))
         self.fetch_nodes = {i for i, _ in self.fetches}
         self.fetch_set = set(self.fetches)
-        self.fetch_types = _declared_types(graph, fetches)
-        self.programs = {}
-        if fuse and not self.mem_accounting:
-            from dfc.runtime.fused import build_programs
-            self.programs = build_programs(self)
+        self.fetch_types = _declared_types(self.graph, fetches)
 
     @staticmethod
     def _prune(graph, wanted, feed_names):
