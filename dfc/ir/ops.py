@@ -15,8 +15,6 @@ from dfc.ir.dtypes import TType
 
 REQUIRED = object()
 MAX_OUTPUTS = 1 << 16      # outputs of one Unstack/Split: type inference makes one entry per output
-ATTR_KINDS = ("int", "float", "str", "bool", "dtype", "elem_dtype", "shape", "ints", "axis", "tensor", "json",
-              "strs")
 
 
 class OpDef:
@@ -738,8 +736,6 @@ register("Save", ("*values",), 0, {"path": ("str", REQUIRED), "names": ("strs", 
 register("Restore", (), 1, {"path": ("str", REQUIRED), "name": ("str", REQUIRED),
                             "dtype": ("dtype", REQUIRED), "shape": ("shape", None)},
          lambda a, ins: [TType(a["dtype"], a["shape"])], stateful=True)
-
-CONTROL_KINDS = ("switch", "merge", "enter", "exit", "next_iteration")
 
 
 def canonical_attrs(op, attrs, node=None):

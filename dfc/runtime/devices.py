@@ -204,9 +204,6 @@ class Device:
         """A value received from another device, as this device's array type."""
         return v.get() if hasattr(v, "__cuda_array_interface__") else v
 
-    def to_host(self, v):
-        return v
-
     def record_event(self):
         """A marker of the work queued so far on the compute stream (None where work is synchronous)."""
         return None
@@ -273,12 +270,6 @@ class GPUDevice(Device):
             out = self._cp.asarray(v)
             self.h2d_stream.synchronize()
         return out
-
-    def to_host(self, v):
-        if hasattr(v, "__cuda_array_interface__"):
-            with self._cp.cuda.Device(self.index):
-                return v.get(stream=self.d2h_stream)
-        return v
 
     def record_event(self):
         with self._cp.cuda.Device(self.index):

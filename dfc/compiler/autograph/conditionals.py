@@ -116,7 +116,7 @@ def _build_cond(cond, body, orelse, get_state, set_state, names, init, fixed, ca
             if key == "true":
                 seen["true_dynamic"] = state.dynamic_values(plans)
                 return tuple(seen["true_dynamic"])
-            true_values, true_plans = seen["true"]
+            _, true_plans = seen["true"]
             merged = [state.check_compatible(t, p, loc, "cond") for t, p in zip(true_plans, plans)]
             if not all(state.same_plan(m, t) for m, t in zip(merged, true_plans)):
                 raise state.Replan(merged, _unify(seen["true_dynamic"],
