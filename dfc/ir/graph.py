@@ -4,7 +4,7 @@ A node's inputs are tensor references "node:port" (":0" may be omitted) and
 control inputs "^node". Node names are unique; the graph keeps nodes in
 creation order, which is also the order of the JSON file.
 """
-from dfc.errors import DfcGraphError, DfcTypeError
+from dfc.errors import DfcGraphError, DfcInputError, DfcTypeError
 from dfc.ir import ops as opreg
 from dfc.ir.dtypes import TType
 
@@ -117,6 +117,21 @@ class Graph:
                 if src in out:
                     out[src].append((n.name, -1 if ctrl else k))
         return out
+
+    def needed(self, wanted, feeds=()):
+        """The names of the nodes that running `wanted` needs: those and their inputs, transitively,
+        stopping at fed nodes (a fed node's own inputs are not needed)."""
+        needed, stack = set(), list(wanted)
+        while stack:
+            name = stack.pop()
+            if name in needed:
+                continue
+            if name not in self.nodes:
+                raise DfcInputError(f"no node named {name!r}")
+            needed.add(name)
+            if name not in feeds:
+                stack.extend(parse_input(r)[0] for r in self.nodes[name].inputs)
+        return needed
 
     def topo_order(self):
         """Nodes in an order where every input comes first, ignoring NextIteration back edges.

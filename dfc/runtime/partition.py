@@ -418,8 +418,7 @@ _BOOL, _INT = _T("bool", ()), _T("int32", ())
 
 def prune(graph, fetch_nodes, targets, feed_names):
     """The subgraph the fetches and targets need; fed nodes lose their inputs."""
-    from dfc.runtime.executor import Plan
-    needed = Plan._prune(graph, list(fetch_nodes) + list(targets), set(feed_names))
+    needed = graph.needed(list(fetch_nodes) + list(targets), set(feed_names))
     g = Graph(graph.signature.get("name"))
     g.signature = graph.signature
     for n in graph.nodes.values():

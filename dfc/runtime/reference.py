@@ -74,7 +74,7 @@ class Interpreter:
         # Random kernels seed from ctx.tag as (frame id, iteration, ...), frame ids as the executor numbers them.
         self.frame_id = {f: k for k, f in enumerate(sorted(parent, key=lambda f: (f != ROOT_FRAME, f)))}
         self.fetches = [_ref(f) for f in fetches]
-        self.needed = _needed(graph, [n for n, _ in self.fetches] + list(targets), self.feeds)
+        self.needed = graph.needed([n for n, _ in self.fetches] + list(targets), self.feeds)
         self._index_edges()
         self.inbox = {}                 # (node, tag) -> [input values, any input dead, inputs still missing]
         self.merge_dead = {}            # (merge, tag) -> dead inputs seen
@@ -288,17 +288,3 @@ def _ref(fetch):
     if ctrl:
         raise DfcInputError(f"cannot fetch a control input {fetch!r}")
     return name, port
-
-
-def _needed(graph, wanted, feeds):
-    needed, stack = set(), list(wanted)
-    while stack:
-        name = stack.pop()
-        if name in needed:
-            continue
-        if name not in graph.nodes:
-            raise DfcInputError(f"no node named {name!r}")
-        needed.add(name)
-        if name not in feeds:
-            stack.extend(parse_input(r)[0] for r in graph.nodes[name].inputs)
-    return needed
