@@ -37,7 +37,7 @@ from dfc.ir import ops as opreg
 from dfc.ir.graph import ROOT_FRAME, parse_input
 from dfc.runtime import checkpoints, containers
 from dfc.runtime.kernels import kernel_for
-from dfc.runtime.limits import kernel_error, limit_kernel
+from dfc.runtime.limits import SEND_BYTES, kernel_error, limit_kernel
 from dfc.runtime.values import DEAD
 
 NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, SEND, RECV = range(8)
@@ -70,10 +70,12 @@ class KernelContext:
     swapper: the device's Swapper when stack swapping is on (dfc/runtime/memory.py);
     files: the checkpoints.Directory that Save/Restore paths resolve in;
     memory_limit: the session's dfc.runtime.limits.MemoryLimit (or None), for runners that make
-    their own kernels (kernel_for(node, xp, ctx.memory_limit)).
+    their own kernels (kernel_for(node, xp, ctx.memory_limit));
+    abort: in a partition, a callable that raises Aborted once the run must stop (another partition
+    failed, or the caller was interrupted); long fused loops call it now and then.
     """
     __slots__ = ("container", "run_count", "tag", "print", "memory", "swapper", "device", "files", "memory_limit",
-                 "__weakref__")     # a MemoryLimit counts a run's stack entries until its context is gone
+                 "abort", "__weakref__")     # a MemoryLimit counts a run's stack entries until its context is gone
 
     def __init__(self, container=None, run_count=0, printer=print, memory=None, swapper=None, device=None,
                  files=None, memory_limit=None):
@@ -82,6 +84,7 @@ class KernelContext:
         self.run_count, self.tag, self.print = run_count, (), printer
         self.memory, self.swapper, self.device = memory, swapper, device
         self.memory_limit = memory_limit
+        self.abort = None
 
 
 class Transport:
@@ -137,7 +140,7 @@ class Plan:
     def _index(self, graph, wanted, feed_names, frame_ids):
         """The nodes the run needs, numbered; frames numbered (the root is 0)."""
         self.frame_of, self.parent = frame_of, parent = graph.frames()
-        needed = self._prune(graph, wanted, feed_names)
+        needed = graph.needed(wanted, feed_names)
         self.nodes = [n for n in graph.nodes.values() if n.name in needed]
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         if frame_ids is None:
@@ -253,28 +256,14 @@ class Plan:
         self.fetch_set = set(self.fetches)
         self.fetch_types = _declared_types(self.graph, fetches)
 
-    @staticmethod
-    def _prune(graph, wanted, feed_names):
-        needed, stack = set(), list(wanted)
-        while stack:
-            name = stack.pop()
-            if name in needed:
-                continue
-            if name not in graph.nodes:
-                raise DfcError(f"no node named {name!r}")
-            needed.add(name)
-            if name in feed_names:
-                continue
-            for ref in graph.nodes[name].inputs:
-                stack.append(parse_input(ref)[0])
-        return needed
-
 
 class Run:
     """One execution of a Plan (one partition of a multi-device run when `transport` is given)."""
 
     def __init__(self, plan, feeds, ctx, pool=None, transport=None):
         self.p, self.ctx, self.pool, self.transport = plan, ctx, pool, transport
+        if transport is not None:
+            ctx.abort = transport.coord.check
         self.results = {}
         self.mem = plan.device.memory if plan.mem_accounting else None
         self.recvs_pending = 0
@@ -319,8 +308,14 @@ class Run:
         p, kern, ctx, mem = self.p, self.kern, self.ctx, self.mem
         kind = p.kind
         popleft, finish = ready.popleft, self._finish
+        coord = self.transport.coord if self.transport is not None else None
+        steps = 0
         while True:
             while ready:
+                if coord is not None:       # another partition failed, or the caller gave up: stop
+                    steps += 1
+                    if not steps & 1023:
+                        coord.check()
                 i, it, st = popleft()
                 k = kind[i]
                 if k == NORMAL:
@@ -364,8 +359,13 @@ class Run:
             except Exception as e:   # noqa: BLE001
                 put((i, it, None, e, args))
 
+        steps = 0
         while True:
             while ready and error is None:
+                if transport is not None:       # another partition failed, or the caller gave up: stop
+                    steps += 1
+                    if not steps & 1023:
+                        transport.coord.check()
                 i, it, st = ready.popleft()
                 if kind[i] == RECV:
                     self._post_recv(i, it)
@@ -432,7 +432,11 @@ class Run:
         self.recv_waits[(i, it.tag)] = it
         coord, name = t.coord, t.name
 
+        limit = self.p.memory_limit
+
         def deliver(v):
+            if limit is not None:
+                limit.drop_entry(v, coord, SEND_BYTES)
             coord.post(name, (i, it, None if v is DEAD else (v,), None, None))
         try:
             t.rendezvous.recv(self.p.xfer[i] + (it.tag,), deliver)
@@ -444,6 +448,8 @@ class Run:
         if t is None:
             raise DfcError("Send outside a partitioned run", node=self.p.nodes[i].name)
         v = DEAD if st.dead else (st.args[0] if st.args else TOKEN)
+        if self.p.memory_limit is not None:     # held by the rendezvous until its Recv takes it
+            self.p.memory_limit.add_entry(v, t.coord, self.p.nodes[i].name, "Send", SEND_BYTES)
         try:
             t.rendezvous.send(self.p.xfer[i] + (it.tag,), v)
         except RuntimeError as e:
@@ -799,8 +805,15 @@ class PartitionedRun:
                    for name, run in self.runs.items()]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.1)     # not one long wait: the caller can still be interrupted
+        except BaseException:       # KeyboardInterrupt, or the caller's own timeout: stop the partitions
+            coord.fail()
+            for t in threads:
+                t.join(1.0)
+            raise
         if errors:
             raise errors[0]
         if coord.abort_reason == "deadlock":

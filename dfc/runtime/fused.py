@@ -204,6 +204,8 @@ class FrameProgram:
         if a.merges:
             w(f"{ind}{', '.join(f'v{m}_0' for m in a.merges)}, = {', '.join(nexts)},")
         w(f"{ind}k += 1")
+        w(f"{ind}if not k & 1023 and ctx.abort is not None:")     # a partition asked to stop
+        w(f"{ind}    ctx.abort()")
         w("    except Exception as _e:")
         w("        raise _wrap(_n, _e) from None")
         self.helpers["_wrap"] = self._wrap

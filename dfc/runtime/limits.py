@@ -30,9 +30,11 @@ import numpy as np
 
 from dfc.errors import DfcError, DfcOutOfMemory, DfcRuntimeError
 from dfc.ir import ops as opreg
+from dfc.runtime.rendezvous import Aborted
 
 TRACK_BYTES = 1024        # smaller arrays are not followed one by one (their count is bounded by the graph)
 ENTRY_BYTES = 64          # what one stack or TensorArray entry costs besides its array
+SEND_BYTES = 2048         # a value sent ahead of its Recv: the rendezvous entry and the iteration that made it
 _UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
@@ -101,9 +103,10 @@ class MemoryLimit:
         with self.lock:
             self.in_use -= self.counted.pop(key, 0)
 
-    def add_entry(self, v, ctx, node, op):
-        """A value saved on a stack or in a TensorArray: counted until the run (its kernel context) ends."""
-        n = _entry_bytes(v)
+    def add_entry(self, v, ctx, node, op, overhead=ENTRY_BYTES):
+        """A value saved on a stack or in a TensorArray (or sent and not yet received): counted until it is
+        taken back or the run (`ctx`: its kernel context, or its partitions' coordinator) ends."""
+        n = _entry_bytes(v, overhead)
         key = id(ctx)
         with self.lock:
             new = key not in self.runs
@@ -115,8 +118,8 @@ class MemoryLimit:
         if over:
             raise self._over(node, op, n)
 
-    def drop_entry(self, v, ctx):
-        n = _entry_bytes(v)
+    def drop_entry(self, v, ctx, overhead=ENTRY_BYTES):
+        n = _entry_bytes(v, overhead)
         with self.lock:
             if self.runs.get(id(ctx), 0) >= n:
                 self.runs[id(ctx)] -= n
@@ -127,9 +130,9 @@ class MemoryLimit:
             self.run_bytes -= self.runs.pop(key, 0)
 
 
-def _entry_bytes(v):
+def _entry_bytes(v, overhead):
     nbytes = getattr(v, "nbytes", 0)
-    return ENTRY_BYTES + (nbytes if nbytes < TRACK_BYTES else 0)     # larger arrays are tracked already
+    return overhead + (nbytes if nbytes < TRACK_BYTES else 0)     # larger arrays are tracked already
 
 
 # ------------------------------------------------------------------ what a kernel will allocate
@@ -237,7 +240,9 @@ def limit_kernel(node, kern, limit):
 
 
 def kernel_error(node, e):
-    """The DfcError to raise for exception `e` from the kernel of `node`."""
+    """The DfcError to raise for exception `e` from the kernel of `node` (a partition's Aborted stays)."""
+    if isinstance(e, Aborted):
+        return e
     if isinstance(e, DfcError):
         if e.node is None:
             return type(e)(e.message, node=node.name, loc=e.loc or node.loc)

@@ -97,11 +97,43 @@ def array_ops():
             (np.arange(12, dtype=np.float32), np.array([0, 2], np.int32)))
 
 
+def indexing_gradients():
+    def f(x, idx):
+        y = dfc.reduce_sum(x[idx] ** 2.0) + dfc.reduce_sum(dfc.gather(x, idx) * x[1:3]) + dfc.reduce_mean(x * x[0])
+        return y, dfc.gradients(y, [x])[0]
+    return dfc.trace(f, dfc.TensorSpec([None], "float64"), dfc.TensorSpec([2], "int64")), \
+        (np.linspace(-1, 1, 5), np.array([3, 0], np.int64))
+
+
+def effects_and_random():
+    def f(x, n):
+        def body(i, s):
+            dfc.Assert(i < 100, [i], message="too many")
+            return i + 1, s + dfc.random_uniform([2], seed=3) * x
+        i, s = dfc.while_loop(lambda i, s: i < n, body, (0, dfc.zeros([2])))
+        dfc.print("s =", s)
+        return dfc.cond(i > 2, lambda: s * 2.0, lambda: -s)
+    return dfc.trace(f, F32, I64), (np.float32(0.5), np.int64(4))
+
+
+def devices():
+    def f(x, n):
+        def body(i, s):
+            with dfc.device("cpu:1"):
+                s = dfc.tanh(s) + x
+            return i + 1, s
+        with dfc.device("cpu:2"):
+            y = x * 2.0
+        return dfc.while_loop(lambda i, s: i < n, body, (0, y))[1]
+    return dfc.trace(f, F32, I64), (np.float32(0.5), np.int64(3))
+
+
 @functools.lru_cache(maxsize=None)
 def seeds():
     """(name, JSON text, arguments, {dtype: [refs of that dtype]}) of each seed graph."""
     out = []
-    for make in (cond_in_loop, scan_with_gradient, nested_loops_gradient, variables, array_ops):
+    for make in (cond_in_loop, scan_with_gradient, nested_loops_gradient, variables, array_ops, indexing_gradients,
+                 effects_and_random, devices):
         g, args = make()
         refs = {}
         for name, ts in g.infer_types().items():

@@ -556,3 +556,58 @@ def test_a_loop_merge_value_index_gives_the_same_result_fused():
     s = float(want["t"] - 1) / 3          # the loop adds s three times; now four
     for r in results:
         assert float(r["t"]) == pytest.approx(1 + 4 * s) and int(r["i"]) == 3
+
+
+def _endless_partitioned_loop(body_device):
+    def f(x, n):
+        with dfc.device("cpu:2"):
+            y = x * 2.0
+
+        def body(i, s):
+            with dfc.device(body_device):
+                s = dfc.tanh(s) + x
+            return i + 0, s           # i never grows: the loop never ends
+        return dfc.while_loop(lambda i, s: i < n, body, (0, y))[1]
+    return dfc.trace(f, F32, I64)
+
+
+def test_a_partitioned_loop_that_never_ends_hits_the_memory_limit():
+    # The loop counter's device runs ahead of the body's and sends it a predicate per iteration: the
+    # values waiting in the rendezvous grew without bound (6 MB/s here) and the limit did not see them.
+    g = _endless_partitioned_loop("cpu:1")
+    with pytest.raises(dfc.DfcOutOfMemory, match="Send needs"):
+        dfc.Session(g, mode="threads", memory_limit="8MB").call(np.float32(0.5), np.int64(3))
+
+
+@pytest.mark.parametrize("body_device", ["cpu:1", "cpu:0"])
+def test_interrupting_a_partitioned_run_stops_its_partitions(body_device):
+    # With the body on cpu:0 the whole loop is fused on one device; on cpu:1 it crosses devices. Either way
+    # an exception in the caller's thread (Ctrl-C) used to leave the partition threads looping forever.
+    import ctypes
+    import threading
+    import time
+
+    class Stop(BaseException):
+        pass
+    g = _endless_partitioned_loop(body_device)
+    box = []
+
+    def call():
+        try:
+            dfc.Session(g, mode="threads").call(np.float32(0.5), np.int64(3))
+        except BaseException as e:   # noqa: BLE001
+            box.append(e)
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive() and any(x.name.startswith("dfc-cpu") for x in threading.enumerate())
+    for _ in range(50):
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(Stop))
+        t.join(0.2)
+        if not t.is_alive():
+            break
+    assert not t.is_alive() and isinstance(box[0], Stop)
+    deadline = time.time() + 10
+    while any(x.name.startswith("dfc-cpu") for x in threading.enumerate()) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not any(x.name.startswith("dfc-cpu") for x in threading.enumerate())
