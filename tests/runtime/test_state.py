@@ -156,3 +156,15 @@ def test_scan_map_fn_foldl_match_numpy():
     np.testing.assert_allclose(cp, np.cumprod(x, 0), rtol=1e-6)
     np.testing.assert_allclose(sq, x * x, rtol=1e-6)
     np.testing.assert_allclose(total, x.sum(), rtol=1e-5)
+
+
+def test_tensor_array_write_of_another_element_shape_is_refused_at_the_write():
+    def f(x):
+        ta = dfc.TensorArray("float32", size=2, element_shape=[2])
+        return ta.write(0, x).read(0)
+    g = dfc.trace(f, dfc.TensorSpec([None], "float32"))
+    np.testing.assert_array_equal(g(np.ones(2, np.float32)), [1, 1])
+    for mode in ("reference", "threads"):
+        with pytest.raises(dfc.DfcRuntimeError, match=r"elements \[2\] cannot hold a value of shape \[3\]") as e:
+            dfc.Session(g, mode=mode).call(np.ones(3, np.float32))
+        assert e.value.node.startswith("tensorarraywrite")

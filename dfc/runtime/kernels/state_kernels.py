@@ -111,6 +111,9 @@ class TensorArrayStore:
         i = self._check_index(i, grow=True)
         if v.dtype.name != self.dtype:
             raise DfcRuntimeError(f"TensorArray of {self.dtype} cannot hold {v.dtype.name}")
+        es = self.element_shape
+        if es is not None and (len(es) != v.ndim or any(d is not None and d != n for d, n in zip(es, v.shape))):
+            raise DfcRuntimeError(f"TensorArray of elements {list(es)} cannot hold a value of shape {list(v.shape)}")
         if self.accumulate:
             if self.items[i] is None:
                 self.items[i] = _Sum()
