@@ -34,7 +34,8 @@ def machine():
 def bench_loop(reps, avail):
     r = loop_overhead.main(["--iterations", "100000", "--reps", str(reps)])
     rows = {"dfc in-graph (fused, threads)": r["threads"]["iterations_per_s"],
-            "dfc in-graph (reference executor)": r["reference"]["iterations_per_s"],
+            "dfc in-graph (executor node by node, unfused)": r["executor"]["iterations_per_s"],
+            "dfc in-graph (reference interpreter)": r["reference"]["iterations_per_s"],
             "dfc out-of-graph (Python loop, 1-step graph)": r["out_of_graph"]["iterations_per_s"]}
     for name in ("tensorflow", "jax", "torch"):
         if not avail.get(name):

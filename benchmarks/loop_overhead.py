@@ -1,7 +1,8 @@
 """Loop overhead: a while loop with a trivial body (i = i + 1), N iterations.
 
-Reports iterations/s and µs per executed node for the reference and thread-pool
-executors, and for an out-of-graph loop (Python calling a one-step graph).
+Reports iterations/s and µs per executed node for the reference interpreter, the
+executor node by node (unfused, inline) and the default executor (fused loops), and
+for an out-of-graph loop (Python calling a one-step graph).
     python -m benchmarks.loop_overhead [--iterations 100000] [--json out.json]
 """
 import argparse
@@ -35,14 +36,16 @@ def main(argv=None):
     n = np.int64(args.iterations)
     per_iter = nodes_per_iteration(g)
     results = {"iterations": args.iterations, "nodes_per_iteration": per_iter}
-    for mode in ("reference", "threads"):
-        s = dfc.Session(g, mode=mode)
+    sessions = {"reference": dict(mode="reference"), "executor": dict(fuse_loops=False, num_threads=0),
+                "threads": dict()}
+    for mode, kw in sessions.items():
+        s = dfc.Session(g, **kw)
         assert int(s.call(n)) == args.iterations
         t = median_time(lambda: s.call(n), args.reps)
         results[mode] = {"iterations_per_s": args.iterations / t, "us_per_node": t / (args.iterations * per_iter) * 1e6,
                          "seconds": t}
     step = dfc.trace(lambda i: i + 1, dfc.TensorSpec([], "int64"))
-    s = dfc.Session(step, mode="reference")
+    s = dfc.Session(step)
     k = min(args.iterations, 5000)
 
     def out_of_graph():
@@ -52,7 +55,7 @@ def main(argv=None):
     t = median_time(out_of_graph, args.reps)
     results["out_of_graph"] = {"iterations_per_s": k / t}
     results["in_graph_over_out_of_graph"] = results["threads"]["iterations_per_s"] / (k / t)
-    for key in ("reference", "threads", "out_of_graph"):
+    for key in ("reference", "executor", "threads", "out_of_graph"):
         r = results[key]
         extra = f", {r['us_per_node']:.2f} µs/node" if "us_per_node" in r else ""
         print(f"{key:>13}: {r['iterations_per_s']:>10,.0f} iterations/s{extra}")
