@@ -37,6 +37,17 @@ class VariableResource:
     def read(self):
         return self.value
 
+    def place(self, xp):
+        """Keep the value in the memory of array module `xp` (numpy, or cupy for a GPU): a Variable lives
+        where the graph that uses it runs, and moves when a graph on another kind of device uses it."""
+        with self.lock:
+            on_gpu = hasattr(self.value, "__cuda_array_interface__")
+            if xp is np and on_gpu:
+                self.value = _frozen(self.value.get(), fresh=True)
+            elif xp is not np and not on_gpu:
+                self.value = xp.asarray(self.value)
+        return self
+
     def assign(self, value, op="Assign", node=None):
         """Set the value (op "Assign") or add / subtract to it atomically; return the new value."""
         with self.lock:

@@ -220,3 +220,23 @@ def test_variables_made_inside_a_function_on_its_first_trace_keep_state_like_tf(
     with pytest.raises(dfc.DfcError, match="creates a dfc.Variable on a retrace") as e:
         count(np.float64(1.0))                               # a retrace would make a second, fresh one
     assert "test_containers.py" in str(e.value)
+
+
+class _DeviceArray(np.ndarray):
+    """Stands in for a cupy array: marked as device memory, copied to the host by get()."""
+    __cuda_array_interface__ = {}
+
+    def get(self):
+        return np.array(self.view(np.ndarray))
+
+
+def test_a_variable_moves_to_the_memory_of_the_device_that_uses_it():
+    from types import SimpleNamespace
+    from dfc.runtime.containers import VariableResource
+    gpu = SimpleNamespace(asarray=lambda v: np.array(v).view(_DeviceArray))
+    r = VariableResource("w", np.ones(2))
+    assert type(r.place(gpu).read()) is _DeviceArray          # a graph on the GPU: the value goes there
+    assert type(r.place(gpu).read()) is _DeviceArray          # and stays there while the GPU uses it
+    host = r.place(np).read()                                  # a graph on the CPU: back to host memory
+    assert type(host) is np.ndarray and not host.flags.writeable
+    np.testing.assert_array_equal(host, [1, 1])

@@ -14,7 +14,7 @@ def _var_handle(node, xp):
     name, container = node.attrs["shared_name"], node.attrs.get("container", "")
 
     def f(ctx, a):
-        return (ctx.container(container).variable(name, lambda: xp.asarray(a[0]), node=node.name),)
+        return (ctx.container(container).variable(name, lambda: xp.asarray(a[0]), node=node.name).place(xp),)
     return f
 
 
