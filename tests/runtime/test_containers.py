@@ -240,3 +240,20 @@ def test_a_variable_moves_to_the_memory_of_the_device_that_uses_it():
     host = r.place(np).read()                                  # a graph on the CPU: back to host memory
     assert type(host) is np.ndarray and not host.flags.writeable
     np.testing.assert_array_equal(host, [1, 1])
+
+
+def test_kernels_read_shapes_and_indices_from_device_arrays_explicitly():
+    from dfc.runtime.kernels import kernel_for
+    from dfc.runtime.kernels.registry import host
+    from dfc.ir.graph import Node
+    gets = []
+
+    class Tracked(_DeviceArray):
+        def get(self):
+            gets.append(1)
+            return super().get()
+
+    shape = np.array([2, 3]).view(Tracked)
+    assert type(host(shape)) is np.ndarray and gets == [1]        # copied with get(), as cupy requires
+    reshape = kernel_for(Node("r", "Reshape", ["x", "s"], {}), np)
+    assert reshape(None, (np.arange(6.0), shape))[0].shape == (2, 3) and gets == [1, 1]

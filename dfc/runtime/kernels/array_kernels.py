@@ -4,7 +4,7 @@ import zlib
 import numpy as np
 
 from dfc.errors import DfcInputError
-from dfc.runtime.kernels.registry import direct, kernel, simple
+from dfc.runtime.kernels.registry import direct, host, kernel, simple
 
 
 @kernel("Const")
@@ -35,21 +35,21 @@ def _noop(node, xp):
 
 @kernel("Shape")
 def _shape(node, xp):
-    return lambda ctx, a: (np.array(a[0].shape, dtype=np.int64),)
+    return lambda ctx, a: (xp.asarray(np.array(a[0].shape, dtype=np.int64)),)
 
 
 @kernel("Size")
 def _size(node, xp):
-    return lambda ctx, a: (np.array(a[0].size, dtype=np.int64),)
+    return lambda ctx, a: (xp.asarray(np.array(a[0].size, dtype=np.int64)),)
 
 
 @kernel("Rank")
 def _rank(node, xp):
-    return lambda ctx, a: (np.array(a[0].ndim, dtype=np.int64),)
+    return lambda ctx, a: (xp.asarray(np.array(a[0].ndim, dtype=np.int64)),)
 
 
 def _as_shape(v):
-    return tuple(int(d) for d in np.asarray(v).reshape(-1))
+    return tuple(int(d) for d in host(v).reshape(-1))
 
 
 @kernel("Reshape")

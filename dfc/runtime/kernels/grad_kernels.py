@@ -2,7 +2,7 @@
 import numpy as np
 
 from dfc.errors import DfcRuntimeError
-from dfc.runtime.kernels.registry import kernel
+from dfc.runtime.kernels.registry import host, kernel
 from dfc.runtime.kernels.state_kernels import FLOW, TensorArrayStore
 
 
@@ -33,7 +33,7 @@ class GradTensorArrayStore(TensorArrayStore):
     def stack(self, xp, indices=None):
         if indices is None:
             indices = range(len(self))
-        idx = [int(i) for i in np.asarray(list(indices) if isinstance(indices, range) else indices).reshape(-1)]
+        idx = list(indices) if isinstance(indices, range) else [int(i) for i in host(indices).reshape(-1)]
         vals = [self.read(i) for i in idx]
         if not vals:
             es = self.element_shape

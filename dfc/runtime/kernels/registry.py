@@ -1,6 +1,14 @@
+import numpy as np
+
 from dfc.errors import DfcGraphError
 
 KERNELS = {}
+
+
+def host(v):
+    """`v` as a numpy array in host memory: a shape, index or value a kernel reads in Python. cupy refuses
+    implicit conversion, so a device array is copied explicitly."""
+    return v.get() if hasattr(v, "__cuda_array_interface__") else np.asarray(v)
 
 
 def kernel(*names):

@@ -3,7 +3,7 @@ import numpy as np
 
 from dfc.errors import DfcAssertionError, DfcRuntimeError
 from dfc.runtime import checkpoints
-from dfc.runtime.kernels.registry import kernel
+from dfc.runtime.kernels.registry import host, kernel
 
 FLOW = np.float32(0.0)
 
@@ -133,7 +133,7 @@ class TensorArrayStore:
         return v.value() if self.accumulate else v
 
     def stack(self, xp, indices=None):
-        idx = range(len(self.items)) if indices is None else [int(i) for i in np.asarray(indices).reshape(-1)]
+        idx = range(len(self.items)) if indices is None else [int(i) for i in host(indices).reshape(-1)]
         vals = [self.read(i) for i in idx]
         if not vals:
             es = self.element_shape
@@ -173,7 +173,7 @@ def _ta_read(node, xp):
 
 @kernel("TensorArraySize")
 def _ta_size(node, xp):
-    return lambda ctx, a: (np.array(len(a[0].items), np.int64),)
+    return lambda ctx, a: (xp.asarray(np.array(len(a[0].items), np.int64)),)
 
 
 @kernel("TensorArrayStack")
@@ -212,7 +212,7 @@ def _ta_scatter(node, xp):
     name = node.name
 
     def f(ctx, a):
-        for k, (i, v) in enumerate(zip(np.asarray(a[1]).reshape(-1), a[2])):
+        for k, (i, v) in enumerate(zip(host(a[1]).reshape(-1), a[2])):
             a[0].write(i, v, (name, ctx.tag, k))
         return (FLOW,)
     return f
@@ -225,7 +225,7 @@ def _print(node, xp):
     def f(ctx, a):
         parts = [template[0]]
         for v, t in zip(a, template[1:]):
-            parts.append(str(np.asarray(v)))
+            parts.append(str(host(v)))
             parts.append(t)
         ctx.print("".join(parts))
         return ()
@@ -238,7 +238,7 @@ def _assert(node, xp):
 
     def f(ctx, a):
         if not bool(np.all(a[0])):
-            data = ", ".join(str(np.asarray(v)) for v in a[1:])
+            data = ", ".join(str(host(v)) for v in a[1:])
             raise DfcAssertionError(f"assertion failed: {msg}" + (f" [{data}]" if data else ""),
                                     node=node.name, loc=node.loc)
         return ()
@@ -252,7 +252,7 @@ def _save(node, xp):
     def f(ctx, a):
         full = ctx.files.resolve(path, node.name)
         try:
-            checkpoints.save_npz(full, {n: _host(v) for n, v in zip(names, a)})
+            checkpoints.save_npz(full, {n: host(v) for n, v in zip(names, a)})
         except OSError as e:
             raise DfcRuntimeError(f"cannot save checkpoint {path!r}: {e}", node=node.name) from None
         return ()
@@ -274,6 +274,3 @@ def _restore(node, xp):
 def _npz(path):
     return path if path.endswith(".npz") else path + ".npz"    # as numpy.savez names a file
 
-
-def _host(v):
-    return v.get() if hasattr(v, "__cuda_array_interface__") else np.asarray(v)
