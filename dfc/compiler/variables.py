@@ -23,10 +23,11 @@ import threading
 
 import numpy as np
 
-from dfc.errors import DfcError, DfcTypeError
+from dfc.errors import DfcError, DfcInputError, DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.compiler.tracing import Tensor, convert, const_array, current_builder, user_location
 from dfc.runtime import containers
+from dfc.runtime.session import convert_input
 
 _names = set()
 _names_lock = threading.Lock()
@@ -95,19 +96,11 @@ class Variable:
         return v if dtype is None else v.astype(dtype)
 
     def _eager_update(self, op, value):
-        arr = np.asarray(value.numpy() if isinstance(value, Variable) else value)
-        if arr.dtype.name != self.dtype:
-            conv = arr.astype(self.dtype) if arr.dtype.kind in "biuf" else None
-            with np.errstate(all="ignore"):
-                ok = conv is not None and (arr.dtype.kind == np.dtype(self.dtype).kind == "f" or
-                                           np.array_equal(conv.astype(arr.dtype), arr))
-            if not ok:
-                raise DfcTypeError(f"cannot {op} a {arr.dtype} value to variable {self.name!r} of {self.dtype} "
-                                   f"(converting would change the values)", loc=user_location())
-            arr = conv
-        if arr.shape != self.shape:
-            raise DfcTypeError(f"cannot {op} a value of shape {list(arr.shape)} to variable {self.name!r} of "
-                               f"shape {list(self.shape)}", loc=user_location())
+        try:        # the conversions a graph input allows: only those that keep the values
+            arr = convert_input(value.numpy() if isinstance(value, Variable) else value, self.dtype, self.shape,
+                                self.name, what=f"{op} to variable")
+        except DfcInputError as e:
+            raise DfcTypeError(e.message, loc=user_location()) from None
         self._resource().assign(arr, op)
         return self.numpy()
 

@@ -273,12 +273,12 @@ def _to_numpy(v):
     return np.asarray(v)
 
 
-def convert_input(value, dtype, shape, name):
+def convert_input(value, dtype, shape, name, what="input"):
     """numpy value of `dtype` for an input; only value-preserving conversions are allowed."""
     try:
         arr = np.asarray(value)
     except Exception as e:   # noqa: BLE001 — any object numpy cannot take is a bad input
-        raise DfcInputError(f"input {name!r}: cannot convert {type(value).__name__} to an array: {e}") from None
+        raise DfcInputError(f"{what} {name!r}: cannot convert {type(value).__name__} to an array: {e}") from None
     if arr.dtype.name != dtype:
         src, dst = arr.dtype.kind, np.dtype(dtype).kind
         ok = src in "biuf" and (src == dst or (src == "f" and dst == "f") or (src in "iu" and dst in "if")
@@ -289,16 +289,16 @@ def convert_input(value, dtype, shape, name):
                 with np.errstate(all="ignore"):
                     ok = bool(np.array_equal(conv.astype(arr.dtype), arr))
         if not ok:
-            raise DfcInputError(f"input {name!r}: expected {dtype}, got {arr.dtype} (converting would change "
+            raise DfcInputError(f"{what} {name!r}: expected {dtype}, got {arr.dtype} (converting would change "
                                 f"the values)")
         arr = conv
     if shape is not None:
         if arr.ndim != len(shape):
-            raise DfcInputError(f"input {name!r}: expected rank {len(shape)} {dt.format_shape(shape)}, "
+            raise DfcInputError(f"{what} {name!r}: expected rank {len(shape)} {dt.format_shape(shape)}, "
                                 f"got shape {list(arr.shape)}")
         for d, (want, got) in enumerate(zip(shape, arr.shape)):
             if want is not None and want != got:
-                raise DfcInputError(f"input {name!r}: dimension {d} must be {want}, got {got} "
+                raise DfcInputError(f"{what} {name!r}: dimension {d} must be {want}, got {got} "
                                     f"(shape {list(arr.shape)})")
     return arr
 
