@@ -89,6 +89,7 @@ class Interpreter:
         self.consumers = {n: [] for n in self.needed}        # node -> [(dst, port, slot or None)]
         self.arity = {}                                      # node -> (data inputs, control inputs)
         self.enters_of = collections.defaultdict(set)        # frame -> its Enter nodes
+        self.exits_of = collections.defaultdict(list)        # frame -> its Exit nodes
         for name in self.needed:
             node = g.nodes[name]
             if name in self.feeds:
@@ -106,6 +107,8 @@ class Interpreter:
             self.arity[name] = (data, ctrl)
             if node.op == "Enter":
                 self.enters_of[node.attrs["frame_name"]].add(name)
+            elif node.op == "Exit":
+                self.exits_of[self.frame_of[name]].append(name)
 
     def kind(self, name):
         return NORMAL if name in self.feeds else opreg.get(self.graph.nodes[name].op).kind or NORMAL
@@ -264,8 +267,7 @@ class Interpreter:
             if any(_inside(f, frame) for f in self.frames.values()):
                 continue                        # a loop inside it is still running
             del self.frames[key]
-            exits = [n for n in self.needed if self.kind(n) == EXIT and self.frame_of[n] == frame.name]
-            for name in exits:
+            for name in self.exits_of[frame.name]:
                 if name not in frame.live_exits:
                     self.emit(name, frame.parent_tag, [(None, True)], True)
             return True
