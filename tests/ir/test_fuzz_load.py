@@ -32,6 +32,7 @@ from dfc.ir import ops as opreg
 from dfc.ir import serialize, structure
 from dfc.ir.graph import parse_input
 from dfc.runtime import containers
+from tests.ir.test_load_safety import loop_graph
 
 LOCAL = int(os.environ.get("DFC_FUZZ_EXAMPLES", "0"))
 EXAMPLES = LOCAL or 300
@@ -45,14 +46,7 @@ F32, F64, I64 = dfc.TensorSpec([], "float32"), dfc.TensorSpec([], "float64"), df
 
 
 def cond_in_loop():
-    def f(x, n):
-        def body(i, s):
-            s = dfc.cond(i % 2 == 0, lambda: s + x, lambda: s * 1.5)
-            return i + 1, s
-        i, s = dfc.while_loop(lambda i, s: i < n, body, (0, x))
-        j, t = dfc.while_loop(lambda j, t: j < 3, lambda j, t: (j + 1, t + s), (0, x))
-        return {"t": t, "i": i}
-    return dfc.trace(f, F32, I64), (np.float32(1.5), np.int64(3))
+    return loop_graph(), (np.float32(1.5), np.int64(3))     # the load-safety tests' loop with a cond
 
 
 def scan_with_gradient():
