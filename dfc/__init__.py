@@ -35,6 +35,7 @@ _LAZY.update({
     "value_and_grad": ("dfc.compiler.autodiff", "value_and_grad"),
     "train": ("dfc.compiler.train", None),
     "nest": ("dfc.nest", None),
+    "config": ("dfc.config", None),
     "containers": ("dfc.runtime.containers", None),
     "DfcTraceTimeRandomWarning": ("dfc.compiler.autograph.errors", "DfcTraceTimeRandomWarning"),
     "Checkpoint": ("dfc.compiler.checkpoint", "Checkpoint"),
