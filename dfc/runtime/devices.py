@@ -33,15 +33,34 @@ DEFAULT_ACCEL_CAPACITY = 256 << 20
 HOST_ONLY_OPS = frozenset({"Print", "Save", "Restore"})
 
 _NAME = re.compile(r"^/?(?:device:)?([A-Za-z]+)(?::(\d+))?$")
+# A task prefix: "worker:1/", or TensorFlow's "/job:worker/task:1/" ("/job:worker/" alone is task 0).
+_TASK = re.compile(r"^(?:([A-Za-z_][A-Za-z0-9_]*):(\d+)|/?job:([A-Za-z_][A-Za-z0-9_]*)(?:/(?:replica:\d+/)?task:(\d+))?)/(.*)$")
 
 
 def canonical_name(name, node=None):
-    """'cpu:1', 'CPU:1', '/device:CPU:1', 'cpu' -> 'cpu:1' / 'cpu:0'; anything else is a DfcError."""
-    m = _NAME.match(str(name).strip()) if isinstance(name, str) else None
+    """'cpu:1', 'CPU:1', '/device:CPU:1', 'cpu' -> 'cpu:1' / 'cpu:0'; a task prefix is kept in the form
+    'JOB:TASK/KIND:N' ('worker:1/cpu:0', '/job:worker/task:1/device:CPU:0' -> 'worker:1/cpu:0');
+    anything else is a DfcError."""
+    task, local = split_task(name, node)
+    return local if task is None else f"{task}/{local}"
+
+
+def split_task(name, node=None):
+    """(task or None, local device name): 'worker:1/gpu:0' -> ('worker:1', 'gpu:0'); 'cpu:1' -> (None, 'cpu:1').
+
+    A name without a task is the local (chief) process."""
+    text = str(name).strip() if isinstance(name, str) else None
+    task = None
+    t = _TASK.match(text) if text is not None else None
+    if t is not None:
+        job, idx = (t.group(1), t.group(2)) if t.group(1) else (t.group(3), t.group(4) or "0")
+        task, text = f"{job}:{int(idx)}", t.group(5)
+    m = _NAME.match(text) if text is not None else None
     kind = m and m.group(1).lower()
     if kind not in KINDS:
-        raise DfcGraphError(f"bad device name {name!r} (use cpu:N, gpu:N or accel:N)", node=node)
-    return f"{kind}:{int(m.group(2) or 0)}"
+        raise DfcGraphError(f"bad device name {name!r} (use cpu:N, gpu:N or accel:N, optionally after a task: "
+                            f"JOB:TASK/KIND:N such as worker:1/cpu:0)", node=node)
+    return task, f"{kind}:{int(m.group(2) or 0)}"
 
 
 def _base(a):
@@ -184,7 +203,8 @@ class Device:
 
     def __init__(self, name, capacity=None, track=False):
         self.name = name
-        self.index = int(name.split(":")[1])
+        self.task, local = split_task(name)
+        self.index = int(local.split(":")[1])
         self.capacity = capacity
         self.memory = MemoryTracker(name, capacity) if (self.accounts or track) else None
         self.lock = threading.Lock()
@@ -245,7 +265,7 @@ class GPUDevice(Device):
         cp = _cupy()
         if cp is None:
             raise DfcError(f"device {name} needs cupy and a CUDA GPU, and cupy is not installed")
-        index = int(name.split(":")[1])
+        index = int(split_task(name)[1].split(":")[1])
         if index >= cp.cuda.runtime.getDeviceCount():
             raise DfcError(f"device {name} does not exist ({cp.cuda.runtime.getDeviceCount()} GPU(s))")
         with cp.cuda.Device(index):
@@ -322,6 +342,19 @@ def gpu_available():
     return _cupy() is not None
 
 
+class RemoteDevice(Device):
+    """A device of another task (process), as the chief's placement sees it: its kind and what it runs.
+    Its partitions run in that task's process, on that task's own Device objects."""
+
+    def __init__(self, name, kind):
+        self.kind = kind
+        self.speed = _CLASSES[kind].speed
+        super().__init__(name)
+
+    def supports(self, op):
+        return self.kind == "cpu" or op not in HOST_ONLY_OPS
+
+
 _CLASSES = {"cpu": CPUDevice, "gpu": GPUDevice, "accel": AccelDevice}
 
 
@@ -341,8 +374,11 @@ class DeviceSet:
         self._refs = weakref.WeakValueDictionary()
 
     def exists(self, name):
-        kind, idx = name.split(":")
+        task, local = split_task(name)
+        kind, idx = local.split(":")
         idx = int(idx)
+        if task is not None:      # another process's device: that task checks it when the graph arrives
+            return idx < (NUM_ACCELS if kind == "accel" else NUM_CPUS if kind == "cpu" else 64)
         if kind == "cpu":
             return idx < NUM_CPUS or name in self.caps
         if kind == "accel":
@@ -358,9 +394,13 @@ class DeviceSet:
                 hint = " (gpu devices need cupy and a CUDA GPU)" if name.startswith("gpu") else ""
                 raise DfcGraphError(f"device {name} does not exist{hint}; available: "
                                     f"cpu:0..cpu:{NUM_CPUS - 1}, accel:0..accel:{NUM_ACCELS - 1}", node=node)
-            kind = name.split(":")[0]
+            task, local = split_task(name)
+            kind = local.split(":")[0]
             cap = self.caps.get(name, DEFAULT_ACCEL_CAPACITY if kind == "accel" else None)
-            d = self.devices[name] = _CLASSES[kind](name, cap, self.track)
+            if task is not None:
+                d = self.devices[name] = RemoteDevice(name, kind)
+            else:
+                d = self.devices[name] = _CLASSES[kind](name, cap, self.track)
         return d
 
     def memory_stats(self):
