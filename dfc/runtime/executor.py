@@ -816,6 +816,8 @@ class PartitionedRun:
             raise
         if errors:
             raise errors[0]
+        if aborted and coord.abort_reason not in (None, "deadlock"):    # stopped from outside (a cluster's chief)
+            raise Aborted(coord.abort_reason)
         if coord.abort_reason == "deadlock":
             waits = []
             for name, run in sorted(self.runs.items()):

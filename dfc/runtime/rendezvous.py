@@ -52,7 +52,11 @@ class Aborted(Exception):
 class Coordinator:
     """Completion queues of the partitions of one run, with quiescence (deadlock) detection."""
 
-    def __init__(self, names):
+    def __init__(self, names, distributed=False):
+        """distributed: the partitions talk to other processes too, so local quiescence is not a deadlock
+        (a value may still arrive from another task); the cluster's chief decides, from every task's
+        idle() and message counts, and calls abort()."""
+        self.distributed = distributed
         self.lock = threading.Lock()
         self.queues = {n: queue.SimpleQueue() for n in names}
         self.waiting = {n: False for n in names}
@@ -84,7 +88,7 @@ class Coordinator:
             if item is None:
                 with self.lock:
                     self.waiting[name] = True
-                    if self.abort_reason is None and self.work == 0 and \
+                    if not self.distributed and self.abort_reason is None and self.work == 0 and \
                             all(self.waiting[n] or self.done[n] for n in self.waiting):
                         self._abort("deadlock")
                 try:
@@ -107,9 +111,20 @@ class Coordinator:
     def finish(self, name):
         with self.lock:
             self.done[name] = True
-            if self.abort_reason is None and self.work == 0 and \
+            if not self.distributed and self.abort_reason is None and self.work == 0 and \
                     not all(self.done.values()) and all(self.waiting[n] or self.done[n] for n in self.waiting):
                 self._abort("deadlock")
+
+    def idle(self):
+        """Every partition is finished or waiting, with nothing queued and no kernel running."""
+        with self.lock:
+            return self.work == 0 and all(self.waiting[n] or self.done[n] for n in self.waiting)
+
+    def abort(self, reason):
+        """Stop every partition of this run (another task failed, or the step is deadlocked)."""
+        with self.lock:
+            if self.abort_reason is None:
+                self._abort(reason)
 
     def fail(self):
         with self.lock:

@@ -40,6 +40,9 @@ from dfc.runtime.executor import Plan, Run, KernelContext, default_printer, Tran
 from dfc.runtime.limits import MemoryLimit
 
 MODES = ("reference", "threads")
+# Send/Recv values of this many bytes or more cross tasks through Ray's object store (by reference), smaller
+# ones inline in the actor call that carries them (benchmarks/cluster_transfer.py measured the crossover).
+OBJECT_STORE_BYTES = 256 << 10
 
 
 def default_mode():
@@ -50,7 +53,8 @@ class Session:
     def __init__(self, graph, mode=None, num_threads=None, parallel_iterations=None, printer=None,
                  fuse_loops=None, device_map=None, devices=(), default_device="cpu:0", memory_caps=None,
                  track_memory=False, swap_memory=False, swap_threshold=0.5, swap_min_bytes=4096,
-                 swap_prefetch=2, container=None, checkpoint_dir=None, memory_limit=None):
+                 swap_prefetch=2, container=None, checkpoint_dir=None, memory_limit=None, cluster=None,
+                 wire_compression=None, object_store_bytes=OBJECT_STORE_BYTES):
         mode = mode or default_mode()
         if mode not in MODES:
             raise DfcError(f"unknown executor mode {mode!r} (use one of {', '.join(MODES)})")
@@ -84,6 +88,18 @@ class Session:
                 any(n.device for n in graph.nodes.values()):
             from dfc.runtime.partition import place
             self.placement = place(graph, self.devices, device_map, default_device, devices)
+        # Clusters (dfc/runtime/cluster): partitions of devices named JOB:TASK/KIND:N run in that task's
+        # process; the chief (this process) feeds, runs its own devices' partitions and collects fetches.
+        self.cluster = cluster
+        if wire_compression not in (None, "bfloat16"):
+            raise DfcError(f"wire_compression must be None or 'bfloat16', not {wire_compression!r}")
+        self.wire_compression, self.object_store_bytes = wire_compression, object_store_bytes
+        self._wire_bytes, self._outboxes = 0, {}
+        if mode == "reference" and cluster is not None:
+            raise DfcError("the reference interpreter runs in one process; a cluster needs mode='threads'")
+        if self.placement is not None and (cluster is not None or any("/" in d for d in self.placement.values())):
+            from dfc.runtime.cluster.step import check_tasks
+            check_tasks(cluster, self.placement)
 
     def _get_pool(self):
         if self._num_threads <= 0:
@@ -108,10 +124,14 @@ class Session:
         from dfc.runtime import partition as pt
         sub = pt.prune(self.graph, [parse_input(f)[0] for f in fetches], targets, feed_names)
         used = {self.placement[n] for n in sub.nodes}
-        if len(used) <= 1:
+        if len(used) <= 1 and not (self.cluster is not None and any("/" in d for d in used)):
             dev = self.devices.get(used.pop() if used else "cpu:0")
             return Plan(self.graph, fetches, feed_names, targets, device=dev, **kw)
         frame_ids = pt.frame_ids_of(self.graph)
+        if self.cluster is not None and any("/" in d for d in used):
+            from dfc.runtime.cluster.step import ClusterPlan
+            return ClusterPlan(pt.partition(sub, self.placement, frame_ids), fetches, feed_names, targets,
+                               self.devices, frame_ids, kw)
         parts = pt.partition(sub, self.placement, frame_ids)
         return _Partitioned(parts, fetches, feed_names, targets, self.devices, frame_ids, kw)
 
@@ -156,6 +176,16 @@ class Session:
             runs[d] = Run(p, mine, self._context(dev), pool, Transport(d, rv, coord))
         return PartitionedRun(runs, plan.fetch_order).execute()
 
+    def chief_outboxes(self):
+        """task -> the Outbox that ships this session's Sends to that task (cluster runs)."""
+        from dfc.runtime.cluster.step import chief_outboxes
+        with self._lock:
+            return chief_outboxes(self.cluster, self._outboxes)
+
+    def wire_stats(self):
+        """Bytes this session's steps sent between the processes of its cluster (after compression)."""
+        return {"bytes_sent": self._wire_bytes, "compression": self.wire_compression}
+
     def fused_frames(self):
         """frame name -> the Python source the executor generates for that loop frame when the graph's
         signature runs (`dfc show --fused`), or a comment saying why the frame is not fused."""
@@ -198,6 +228,12 @@ class Session:
             check_fetches(self.graph, flat, values)
             return nest.pack_sequence_as(fetches, [_to_numpy(v) for v in values])
         plan = self.plan(flat, feeds.keys(), tuple(targets))
+        if getattr(plan, "remote", None):       # a cluster step: steps may be in flight together
+            from dfc.runtime.cluster.step import ClusterStep
+            with self._lock:
+                self.run_count += 1
+            values = ClusterStep(self, plan, feeds).execute()
+            return nest.pack_sequence_as(fetches, [_to_numpy(v) for v in values])
         with self._lock:
             self.run_count += 1
             try:
@@ -254,13 +290,19 @@ _sessions_lock = threading.Lock()
 
 
 def session_for(graph):
-    """The Session `graph(...)` and `dfc.run(graph, ...)` use: made once, even by concurrent first calls."""
-    s = _sessions.get(graph)
+    """The Session `graph(...)` and `dfc.run(graph, ...)` use: made once, even by concurrent first calls.
+    Inside `with cluster:` it is the graph's Session on that cluster."""
+    from dfc.runtime.cluster import current
+    cluster = current()
+    key = None if cluster is None else id(cluster)
+    by = _sessions.get(graph)
+    s = None if by is None else by.get(key)
     if s is None:
         with _sessions_lock:
-            s = _sessions.get(graph)
-            if s is None:
-                s = _sessions[graph] = Session(graph)
+            by = _sessions.setdefault(graph, {})
+            s = by.get(key)
+            if s is None or (cluster is not None and s.cluster is not cluster):
+                s = by[key] = Session(graph, cluster=cluster)
     return s
 
 

@@ -1,0 +1,303 @@
+"""The chief's side of a cluster step: feed the tasks, run its own partitions, collect the fetches.
+
+The chief sends each task the step's feeds and which of its partitions to run
+(the graphs themselves went once, by hash), runs the partitions of its own
+devices on threads as a one-process run does, and waits. It is not in any
+loop's control path: tasks drive their own control-loop state machines and
+talk to each other directly. The chief also
+
+- moves the messages tasks send to its own Recvs (a poller per task; the
+  chief is not an actor, so tasks cannot call it);
+- detects a stuck step by a distributed quiescence check: when, in two
+  successive rounds of status reports, every process is idle, every message
+  sent has been received and no count has moved, nothing can ever happen —
+  a DfcDeadlockError naming what each task waits for (not a timeout guess);
+- turns a task's kernel error or death into a DfcError naming the task and
+  node, and aborts the step everywhere, leaving the other tasks usable.
+"""
+import hashlib
+import itertools
+import os
+import threading
+
+from dfc import errors as dfc_errors
+from dfc.errors import DfcDeadlockError, DfcError, DfcRuntimeError
+from dfc.ir.graph import parse_input
+from dfc.ir.serialize import to_json
+from dfc.runtime.cluster.wire import Counters, Outbox, StepRendezvous, task_of
+from dfc.runtime.executor import PartitionedRun, Plan, Run, Transport
+from dfc.runtime.rendezvous import Aborted, Coordinator
+
+POLL_SECONDS = 0.05
+_steps = itertools.count(1)
+
+
+class ClusterPlan:
+    """The partitions of one (fetches, feeds, targets) key: the chief's Plans and each task's graphs."""
+
+    def __init__(self, parts, fetches, feed_names, targets, devices, frame_ids, kw):
+        where = parts.where
+        self.frame_ids = frame_ids
+        fetch_of = {d: [] for d in parts.graphs}
+        self.fetch_order = []
+        for f in fetches:
+            d = where[parse_input(f)[0]]
+            self.fetch_order.append((d, len(fetch_of[d])))
+            fetch_of[d].append(f)
+        self.feeds_of = {d: sorted(n for n in feed_names if where.get(n) == d) for d in parts.graphs}
+        self.local, self.remote = {}, {}      # device -> Plan; task -> [(device, hash, fetches, feeds, targets)]
+        self.texts = {}                       # task -> [(hash, json text)]
+        self.opts = {"parallel_iterations": kw.get("parallel_iterations"), "fuse": kw.get("fuse", True)}
+        for d, g in parts.graphs.items():
+            mine = [t for t in targets if where.get(t) == d]
+            tgts = mine + [n for n in g.nodes if n not in mine]
+            task = task_of(d)
+            if task is None:
+                self.local[d] = Plan(g, fetch_of[d], set(self.feeds_of[d]), tgts, device=devices.get(d),
+                                     frame_ids=frame_ids, **kw)
+                continue
+            g.signature = {"name": g.signature.get("name"), "inputs": [], "outputs": None, "targets": [],
+                           "device": d}
+            text = to_json(g)
+            h = hashlib.sha256(text.encode()).hexdigest()
+            self.texts.setdefault(task, []).append((h, text))
+            self.remote.setdefault(task, []).append((d, h, list(fetch_of[d]), self.feeds_of[d], tgts))
+
+
+class ClusterStep:
+    """One step of a ClusterPlan on a cluster (see the module docstring)."""
+
+    def __init__(self, session, plan, feeds):
+        self.s, self.plan, self.feeds = session, plan, feeds
+        self.cluster = session.cluster
+        self.step = f"{os.getpid()}-{id(session):x}-{next(_steps)}"
+        self.counters = Counters()
+        self.status = {}            # task -> (poll count, status)
+        self.polls_lock = threading.Lock()
+        self.dead = {}              # task -> why
+        self.over = threading.Event()
+
+    # ------------------------------------------------------------------ run
+    def execute(self):
+        import ray
+        p, c = self.plan, self.cluster
+        for task, texts in p.texts.items():
+            c.ensure_graphs(task, texts)
+        opts = dict(p.opts, compression=self.s.wire_compression, store_bytes=self.s.object_store_bytes)
+        outboxes = self.s.chief_outboxes()
+        self.rv = StepRendezvous(self.step, None, outboxes, self.counters, opts["compression"], opts["store_bytes"])
+        self.coord = Coordinator(list(p.local), distributed=True) if p.local else None
+        refs = {}
+        for task, items in p.remote.items():
+            feeds = {n: self.feeds[n] for it in items for n in it[3]}
+            refs[c.handle(task).run_step.remote(self.step, items, feeds, p.frame_ids, opts)] = task
+        pollers = [threading.Thread(target=self._poll, args=(t,), daemon=True, name=f"dfc-poll-{t}")
+                   for t in p.remote]
+        for t in pollers:
+            t.start()
+        local_result, local_thread = {}, None
+        if p.local:
+            runs = {d: Run(plan, {k: self.feeds[k] for k in p.feeds_of[d]}, self.s._context(plan.device),
+                           self.s._get_pool(), Transport(d, self.rv, self.coord)) for d, plan in p.local.items()}
+            self.local_runs = runs
+            order = [(d, k) for d in runs for k in range(len(p.local[d].fetches))]
+            local_thread = threading.Thread(target=self._run_local, args=(runs, order, local_result), daemon=True,
+                                            name="dfc-chief")
+            local_thread.start()
+        results, error = {}, None
+        try:
+            error = self._wait(refs, results, local_thread, local_result)
+        finally:
+            self.over.set()
+            for h in [c.handles.get(t) for t in p.remote]:
+                if h is not None:
+                    try:
+                        h.end_step.remote(self.step)
+                    except Exception:   # noqa: BLE001 — a dead task
+                        pass
+        if error is not None:
+            raise error
+        values = {}
+        for task, items in p.remote.items():
+            flat = iter(results[task])
+            for d, _h, fetches, _f, _t in items:
+                for k in range(len(fetches)):
+                    values[(d, k)] = next(flat)
+        if p.local:
+            flat = iter(local_result["values"])
+            for d, plan in p.local.items():
+                for k in range(len(plan.fetches)):
+                    values[(d, k)] = next(flat)
+        self.s._wire_bytes += self.counters.snapshot()["bytes_sent"] + sum(
+            st.get("bytes_sent", 0) for _n, st in self.status.values())
+        return [values[key] for key in p.fetch_order]
+
+    def _run_local(self, runs, order, out):
+        try:
+            out["values"] = PartitionedRun(runs, order).execute()
+        except Aborted as e:
+            out["aborted"] = str(e)
+        except BaseException as e:   # noqa: BLE001 — raised by the chief's main thread
+            out["error"] = e
+
+    def _poll(self, task):
+        import ray
+        h = self.cluster.handles.get(task)
+        n = 0
+        while not self.over.is_set():
+            try:
+                msgs, status = ray.get(h.poll.remote(self.step, POLL_SECONDS))
+            except Exception as e:   # noqa: BLE001 — the task's process is gone
+                self.dead.setdefault(task, _death(e))
+                return
+            for key, value in msgs:
+                self.rv.arrive(key, value)
+            n += 1
+            with self.polls_lock:
+                self.status[task] = (n, status)
+
+    def _wait(self, refs, results, local_thread, local_result):
+        """Wait for every part of the step; return the error to raise, or None."""
+        import ray
+        pending = dict(refs)
+        last = None
+        while pending or (local_thread is not None and local_thread.is_alive()):
+            if pending:
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_SECONDS)
+            else:
+                local_thread.join(POLL_SECONDS)
+                ready = []
+            for ref in ready:
+                task = pending.pop(ref)
+                try:
+                    kind, value = ray.get(ref)
+                except Exception as e:   # noqa: BLE001 — the actor died during the step
+                    return self._fail(DfcRuntimeError(f"task {task} died during the step ({_death(e)}); "
+                                                      f"{self._waiting_on(task)}", node=self._node_on(task)))
+                if kind == "ok":
+                    results[task] = value
+                elif kind == "error":
+                    return self._fail(_rebuild(task, value))
+            if local_thread is not None and not local_thread.is_alive() and "error" in local_result:
+                return self._fail(local_result.pop("error"))
+            for task, why in list(self.dead.items()):
+                if task in pending.values():
+                    return self._fail(DfcRuntimeError(f"task {task} died during the step ({why}); "
+                                                      f"{self._waiting_on(task)}", node=self._node_on(task)))
+            last, stuck = self._quiescent(last, pending, local_thread)
+            if stuck:
+                return self._fail(self._deadlock())
+        if local_thread is not None and "aborted" in local_result:
+            return DfcRuntimeError(f"the step was aborted ({local_result['aborted']})")
+        return None
+
+    # ------------------------------------------------------------------ quiescence
+    def _quiescent(self, last, pending, local_thread):
+        """(snapshot, stuck): stuck when two successive complete rounds show every process idle, no
+        message in flight, and no count moved between them."""
+        with self.polls_lock:
+            status = dict(self.status)
+        tasks = list(self.plan.remote)
+        if any(t not in status for t in tasks):
+            return last, False
+        local_idle = self.coord is None or local_thread is None or not local_thread.is_alive() or self.coord.idle()
+        counts = self.counters.snapshot()
+        idle = local_idle and all(status[t][1]["idle"] for t in tasks)
+        sent = counts["sent"] + sum(status[t][1]["sent"] for t in tasks)
+        received = counts["received"] + sum(status[t][1]["received"] for t in tasks)
+        rounds = tuple(status[t][0] for t in tasks)
+        snap = (tuple((status[t][1]["sent"], status[t][1]["received"]) for t in tasks),
+                counts["sent"], counts["received"])
+        if not (idle and sent == received):
+            return None, False
+        if last is None:
+            return (rounds, snap), False
+        prev_rounds, prev_snap = last
+        if any(r <= q for r, q in zip(rounds, prev_rounds)):
+            return last, False       # wait until every task has reported again
+        return (rounds, snap), prev_snap == snap
+
+    def _deadlock(self):
+        import ray
+        waits = []
+        for task in self.plan.remote:
+            try:
+                w = ray.get(self.cluster.handle(task).waiting_nodes.remote(self.step), timeout=5)
+            except Exception:   # noqa: BLE001
+                w = {}
+            for dev, names in sorted(w.items()):
+                if names:
+                    waits.append(f"{dev}: " + ", ".join(names[:6]) + (" ..." if len(names) > 6 else ""))
+        for dev, run in sorted(getattr(self, "local_runs", {}).items()):
+            names = run.waiting_nodes()
+            if names:
+                waits.append(f"{dev}: " + ", ".join(names[:6]) + (" ..." if len(names) > 6 else ""))
+        first = waits[0].split(": ", 1)[1].split(" (")[0] if waits else None
+        return DfcDeadlockError("the tasks stopped before the fetches were computed (every task idle, no "
+                                "message in flight); nodes still waiting: " + ("; ".join(waits) or "none"),
+                                node=first)
+
+    # ------------------------------------------------------------------ failure
+    def _fail(self, error):
+        """Abort the step on every task and on the chief; the error is what the caller sees."""
+        for task in self.plan.remote:
+            h = self.cluster.handles.get(task)
+            if h is not None and task not in self.dead:
+                try:
+                    h.abort.remote(self.step, "error")
+                except Exception:   # noqa: BLE001
+                    pass
+        if self.coord is not None:
+            self.coord.abort("error")
+        return error
+
+    def _node_on(self, task):
+        """A node of the dead task's partitions (the first one the step needed from it)."""
+        for d, _h, fetches, _f, tgts in self.plan.remote.get(task, []):
+            if fetches:
+                return parse_input(fetches[0])[0]
+            if tgts:
+                return tgts[0]
+        return None
+
+    def _waiting_on(self, task):
+        devs = sorted(d for d, *_ in self.plan.remote.get(task, []))
+        return f"its partitions {', '.join(devs)} did not finish; the step was aborted on the other tasks"
+
+
+def _death(e):
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else 'actor died'}"[:300]
+
+
+def _rebuild(task, info):
+    cls = getattr(dfc_errors, info.get("type") or "", None)
+    if not (isinstance(cls, type) and issubclass(cls, DfcError)):
+        cls = DfcRuntimeError
+    return cls(f"on task {task}: {info.get('message')}", node=info.get("node"), loc=info.get("loc"))
+
+
+def chief_outboxes(cluster, cache):
+    """task -> Outbox from the chief, remade when a task was restarted."""
+    for task, h in cluster.handles.items():
+        box = cache.get(task)
+        if box is None or box.handle is not h:
+            if box is not None:
+                box.close()
+            cache[task] = Outbox(h, task)
+    return cache
+
+
+def check_tasks(cluster, placement):
+    """Every task a node is placed on must be a task of the cluster."""
+    tasks = {task_of(d) for d in placement.values()} - {None}
+    missing = sorted(tasks - set(cluster.tasks)) if cluster is not None else sorted(tasks)
+    if missing and cluster is None:
+        node = next(n for n, d in placement.items() if task_of(d) in tasks)
+        raise DfcError(f"the graph places nodes on task(s) {', '.join(missing)}; run it on a cluster "
+                       f"(Session(..., cluster=dfc.cluster.connect(...)), `with cluster:` or dfc run --cluster) "
+                       f"or remap them with device_map", node=node)
+    if missing:
+        node = next(n for n, d in placement.items() if task_of(d) in missing)
+        raise DfcError(f"the graph places nodes on task(s) {', '.join(missing)}, which the cluster does not "
+                       f"have (its tasks: {', '.join(cluster.tasks)})", node=node)

@@ -1,0 +1,221 @@
+"""One task of a cluster: a Ray actor (its own OS process) that runs its partitions of each step.
+
+A task keeps, across steps: the partition graphs it was sent (by hash, so a
+graph crosses the network once), their Plans, its devices, a kernel thread
+pool, and its Variables — in its own process's resource containers, so they
+persist across steps and are shared by every graph that names them.
+
+Per step it runs its partitions on its own threads (one per device, as a
+one-process partitioned run does), each device driving its own control-loop
+state machines (§4.4, Figure 6): there is no coordinator in the loop. The
+chief only sends the step's feeds, receives its fetches, and asks `status`
+for the quiescence check that turns a stuck step into a DfcDeadlockError.
+"""
+import collections
+import os
+import threading
+import time
+
+from dfc.errors import DfcError, DfcRuntimeError
+from dfc.ir.serialize import loads
+from dfc.runtime import checkpoints, containers
+from dfc.runtime.cluster.wire import ChiefBox, Counters, Outbox, StepRendezvous
+from dfc.runtime.devices import DeviceSet, split_task
+from dfc.runtime.executor import KernelContext, PartitionedRun, Plan, Run, Transport, default_printer
+from dfc.runtime.rendezvous import Aborted, Coordinator
+
+FINISHED_KEPT = 256          # step ids remembered as finished: late messages for them are dropped
+
+
+class _Step:
+    __slots__ = ("rv", "coord", "runs", "counters", "started", "done")
+
+    def __init__(self, rv, counters):
+        self.rv, self.counters = rv, counters
+        self.coord, self.runs, self.started, self.done = None, {}, time.monotonic(), False
+
+
+def error_info(e):
+    """A picklable description of an exception raised in a task (rebuilt as a DfcError by the chief)."""
+    if isinstance(e, DfcError):
+        return {"type": type(e).__name__, "message": e.message, "node": e.node, "loc": e.loc}
+    return {"type": "DfcRuntimeError", "message": f"{type(e).__name__}: {e}", "node": None, "loc": None}
+
+
+class Task:
+    """The body of a cluster task's actor (wrapped with ray.remote by dfc.runtime.cluster)."""
+
+    def __init__(self, name, num_threads=None, checkpoint_dir=None):
+        self.name = name
+        self.devices = DeviceSet()
+        self.graphs, self.plans = {}, {}
+        self.steps, self.finished = {}, collections.OrderedDict()
+        self.lock = threading.Lock()
+        self.outboxes, self.chief_box = {}, ChiefBox()
+        self.peers = {}
+        n = min(4, os.cpu_count() or 2) if num_threads is None else int(num_threads)
+        self.pool = None
+        if n > 0:
+            from concurrent.futures import ThreadPoolExecutor
+            self.pool = ThreadPoolExecutor(n, thread_name_prefix=f"dfc-{name}")
+        self.files = checkpoints.Directory(checkpoint_dir, confined=True)
+        self.run_count = 0
+        self.current = {}       # step -> name of a node the task was last seen waiting on (for error messages)
+
+    # ------------------------------------------------------------------ set-up
+    def ping(self):
+        return {"task": self.name, "pid": os.getpid()}
+
+    def connect(self, peers):
+        """peers: task name -> actor handle of every other task."""
+        for name, handle in peers.items():
+            if name != self.name:
+                old = self.outboxes.pop(name, None)
+                if old is not None:
+                    old.close()
+                self.peers[name] = handle
+                self.outboxes[name] = Outbox(handle, name)
+        return True
+
+    def has_graphs(self, hashes):
+        return [h for h in hashes if h in self.graphs]
+
+    def load(self, ghash, text):
+        """Keep a partition graph (JSON text) under its hash."""
+        g = loads(text)
+        g.from_file = True      # like any graph that arrives as JSON: checkpoints stay confined
+        with self.lock:
+            self.graphs[ghash] = g
+        return True
+
+    # ------------------------------------------------------------------ steps
+    def _state(self, step, opts):
+        with self.lock:
+            if step in self.finished:
+                return None
+            st = self.steps.get(step)
+            if st is None:
+                counters = Counters()
+                rv = StepRendezvous(step, self.name, self.outboxes, counters, opts.get("compression"),
+                                    opts.get("store_bytes"), self.chief_box)
+                st = self.steps[step] = _Step(rv, counters)
+            return st
+
+    def deliver(self, batch):
+        """Values other tasks (or the chief) sent to this task's Recvs: [(step, key, value)]."""
+        for step, key, value in batch:
+            st = self._state(step, {})
+            if st is not None:
+                st.rv.arrive(key, value)
+        return True
+
+    def _plan(self, ghash, fetches, feeds, targets, frame_ids, opts):
+        key = (ghash, tuple(fetches), tuple(sorted(feeds)), tuple(targets), opts.get("parallel_iterations"),
+               opts.get("fuse", True))
+        p = self.plans.get(key)
+        if p is None:
+            g = self.graphs.get(ghash)
+            if g is None:
+                raise DfcRuntimeError(f"task {self.name} was not sent partition graph {ghash[:12]} "
+                                      f"(was it restarted during the step?)")
+            dev = self.devices.get(split_task(g.signature.get("device") or next(iter(g.nodes.values())).device)[1])
+            p = self.plans[key] = Plan(g, list(fetches), set(feeds), list(targets), device=dev,
+                                       frame_ids=frame_ids, parallel_iterations=opts.get("parallel_iterations"),
+                                       fuse=opts.get("fuse", True))
+        return p
+
+    def run_step(self, step, items, feeds, frame_ids, opts):
+        """Run this task's partitions of one step.
+
+        items: [(device, graph hash, fetches, feed names, targets)]; returns ("ok", [values of each item's
+        fetches, in order]) or ("error", info) or ("aborted", reason)."""
+        st = self._state(step, opts)
+        if st is None:
+            return ("aborted", "step already ended")
+        try:
+            self.run_count += 1
+            runs, order = {}, []
+            coord = Coordinator([it[0] for it in items], distributed=True)
+            for dev, ghash, fetches, feed_names, targets in items:
+                plan = self._plan(ghash, fetches, feed_names, targets, frame_ids, opts)
+                device = plan.device
+                ctx = KernelContext(self._container, self.run_count, default_printer, device=device,
+                                    files=self.files)
+                mine = {k: feeds[k] for k in feed_names}
+                pool = None if device.kind == "gpu" else self.pool
+                runs[dev] = Run(plan, mine, ctx, pool, Transport(dev, st.rv, coord))
+                order += [(dev, k) for k in range(len(fetches))]
+            st.coord, st.runs = coord, runs
+            values = PartitionedRun(runs, order).execute()
+            return ("ok", values)
+        except Aborted as e:
+            return ("aborted", str(e))
+        except BaseException as e:   # noqa: BLE001 — reported to the chief, which raises it there
+            return ("error", error_info(e))
+        finally:
+            st.done = True
+
+    def _container(self, name):
+        return containers.get(name)
+
+    def status(self, step):
+        """For the chief's quiescence check: idle (nothing can happen here unless a message arrives),
+        message counts, and whether this task's part of the step is over."""
+        with self.lock:
+            st = self.steps.get(step)
+        if st is None:
+            return {"idle": True, "done": step in self.finished, "sent": 0, "received": 0}
+        counts = st.counters.snapshot()
+        coord = st.coord
+        idle = st.done or (coord is not None and coord.idle())
+        return {"idle": idle, "done": st.done, "sent": counts["sent"], "received": counts["received"],
+                "bytes_sent": counts["bytes_sent"], "stored": counts["stored"]}
+
+    def poll(self, step, timeout):
+        """Messages for the chief's Recvs of this step (waiting up to `timeout` s for one), and status."""
+        msgs = self.chief_box.take(step, timeout)
+        return msgs, self.status(step)
+
+    def waiting_nodes(self, step):
+        with self.lock:
+            st = self.steps.get(step)
+        if st is None:
+            return {}
+        return {dev: run.waiting_nodes() for dev, run in st.runs.items()}
+
+    def abort(self, step, reason):
+        """Stop this task's part of the step (another task failed, or the step is deadlocked)."""
+        with self.lock:
+            st = self.steps.get(step)
+        if st is not None and st.coord is not None:
+            st.coord.abort(reason)
+        return True
+
+    def end_step(self, step):
+        """Forget a step (late messages for it are dropped)."""
+        with self.lock:
+            self.steps.pop(step, None)
+            self.finished[step] = True
+            while len(self.finished) > FINISHED_KEPT:
+                self.finished.popitem(last=False)
+        self.chief_box.drop(step)
+        return True
+
+    # ------------------------------------------------------------------ state from the chief's Python
+    def read_variable(self, container, shared_name):
+        r = containers.get(container).lookup(shared_name)
+        return None if r is None else r.read()
+
+    def assign_variable(self, container, shared_name, value):
+        r = containers.get(container).lookup(shared_name)
+        if r is None:
+            return False
+        r.assign(value, "Assign", shared_name)
+        return True
+
+    def variables(self, container=None):
+        return containers.get(container).snapshot()
+
+    def restore_variables(self, container, values):
+        containers.get(container).restore(values)
+        return True
