@@ -37,6 +37,7 @@ _LAZY.update({
     "nest": ("dfc.nest", None),
     "config": ("dfc.config", None),
     "containers": ("dfc.runtime.containers", None),
+    "cluster": ("dfc.runtime.cluster", None),
     "DfcTraceTimeRandomWarning": ("dfc.compiler.autograph.errors", "DfcTraceTimeRandomWarning"),
     "Checkpoint": ("dfc.compiler.checkpoint", "Checkpoint"),
 })

@@ -1,5 +1,8 @@
 """dfc.trace and the device scope (entry points of the compiler half)."""
 import contextlib
+import threading
+
+from dfc.errors import DfcError
 
 from dfc.compiler import tracing
 
@@ -9,12 +12,29 @@ def trace(fn, *args, **kwargs):
     return tracing.trace(fn, args, kwargs)
 
 
+_python = threading.local()      # device scopes entered outside any graph (where Variables are made)
+
+
 @contextlib.contextmanager
 def device(name):
-    """Place the ops built inside this scope on device `name` (e.g. "cpu:1")."""
-    b = tracing.current_builder()
-    b.devices.append(str(name))
+    """Place the ops built inside this scope on device `name`: "cpu:1", "gpu:0", or a device of a cluster
+    task, "JOB:TASK/KIND:N" such as "ps:0/cpu:0". Outside any graph it places the Variables made in it."""
+    b = tracing.current_builder(required=False)
+    if b is None:       # in a graph, a bad name is an error naming the node when a Session places it
+        from dfc.runtime.devices import canonical_name
+        try:
+            canonical_name(str(name))
+        except DfcError as e:
+            raise type(e)(e.message, loc=tracing.user_location()) from None
+    stack = b.devices if b is not None else _python.__dict__.setdefault("stack", [])
+    stack.append(str(name))
     try:
         yield
     finally:
-        b.devices.pop()
+        stack.pop()
+
+
+def python_device():
+    """The device of the innermost `dfc.device` scope entered outside any graph, or None."""
+    stack = getattr(_python, "stack", None)
+    return stack[-1] if stack else None

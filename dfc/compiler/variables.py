@@ -55,7 +55,7 @@ def _unique_name(name):
 
 
 class Variable:
-    def __init__(self, initial_value, name=None, dtype=None, shared_name=None, container=""):
+    def __init__(self, initial_value, name=None, dtype=None, shared_name=None, container="", device=None):
         if isinstance(initial_value, Tensor):
             raise DfcError("a Variable's initial value must be a concrete value (numpy array or Python number), "
                            "not a symbolic tensor", loc=user_location())
@@ -69,6 +69,13 @@ class Variable:
         self.name = name or "variable"
         self.shared_name = shared_name or _unique_name(self.name)
         self.container = container
+        # Where the value lives: `device=`, else the `dfc.device` scope the Variable is made in; a device of
+        # a cluster task ("ps:0/cpu:0") keeps the value in that task's process (numpy/assign go there).
+        from dfc.compiler.api import python_device
+        b = current_builder(required=False)
+        self.device = device or (b.devices[-1] if b is not None and b.devices else python_device())
+        if self._remote() is not None:
+            return
         try:
             self._resource()  # created now, so numpy() and assign() work before any graph ran
         except DfcError as e:
@@ -86,8 +93,23 @@ class Variable:
     def _resource(self):
         return containers.get(self.container).variable(self.shared_name, lambda: self.initial_value)
 
+    def _remote(self):
+        """(cluster, task) when the value lives in a cluster task's process, else None."""
+        if not self.device or "/" not in str(self.device):
+            return None
+        from dfc.runtime.devices import split_task
+        from dfc.runtime.cluster import holding
+        task = split_task(str(self.device))[0]
+        c = holding(task)
+        return None if c is None else (c, task)
+
     def numpy(self):
-        """The current value (a copy) of this Variable in its container."""
+        """The current value (a copy) of this Variable in its container (on its cluster task if it has one)."""
+        remote = self._remote()
+        if remote is not None:
+            c, task = remote
+            v = c.read_variable(task, self.shared_name, self.container)
+            return np.array(self.initial_value if v is None else v)
         v = self._resource().read()
         return v.get() if hasattr(v, "__cuda_array_interface__") else np.array(v)
 
@@ -101,6 +123,10 @@ class Variable:
                                 self.name, what=f"{op} to variable")
         except DfcInputError as e:
             raise DfcTypeError(e.message, loc=user_location()) from None
+        remote = self._remote()
+        if remote is not None:
+            c, task = remote
+            return np.array(c.update_variable(task, self.shared_name, arr, op, self.initial_value, self.container))
         self._resource().assign(arr, op)
         return self.numpy()
 
@@ -113,6 +139,9 @@ class Variable:
                            name=b.unique(f"{self.name}_init"))
             h = b.make1("VarHandle", (init,), {"shared_name": self.shared_name, "container": self.container},
                         ctx=None, name=b.unique(self.name))
+            if self.device:     # the resource (and the nodes its handle flows to) on the Variable's device
+                for t in (init, h):
+                    b.graph.nodes[t.node].device = str(self.device)
             b.variables[id(self)] = h
         return h
 

@@ -17,6 +17,7 @@ import threading
 from dfc.errors import DfcError
 
 _current = contextvars.ContextVar("dfc_cluster", default=None)
+_connected = []         # clusters connected in this process and not shut down, oldest first
 _DEFAULT_THREADS = 2
 
 
@@ -63,6 +64,7 @@ class Cluster:
                 kw.setdefault("num_cpus", max(4, len(tasks)))
             ray.init(address=address, **kw)
             self._started_ray = True
+        _connected.append(self)
         self.task_names = list(tasks)
         self.gpus = dict(gpus or {})
         self.num_threads, self.checkpoint_dir = num_threads, checkpoint_dir
@@ -133,8 +135,8 @@ class Cluster:
     def read_variable(self, task, shared_name, container=""):
         return _ray().get(self.handle(task).read_variable.remote(container, shared_name))
 
-    def assign_variable(self, task, shared_name, value, container=""):
-        return _ray().get(self.handle(task).assign_variable.remote(container, shared_name, value))
+    def update_variable(self, task, shared_name, value, op, init, container=""):
+        return _ray().get(self.handle(task).update_variable.remote(container, shared_name, value, op, init))
 
     def variables(self, task, container=""):
         """shared name -> value of the Variables in a task's container."""
@@ -149,6 +151,8 @@ class Cluster:
             except Exception:   # noqa: BLE001
                 pass
         self.handles.clear()
+        if self in _connected:
+            _connected.remove(self)
         if self._started_ray:
             ray.shutdown()
 
@@ -174,3 +178,15 @@ def connect(address=None, tasks=None, num_threads=_DEFAULT_THREADS, gpus=None, c
 def current():
     """The cluster of the innermost `with cluster:` block, or None."""
     return _current.get()
+
+
+def holding(task):
+    """The cluster whose task `task` holds state for the chief's Python (a Variable's numpy/assign): the
+    current one, else the newest connected cluster that has that task; None if there is none."""
+    c = _current.get()
+    if c is not None and task in c.task_names:
+        return c
+    for c in reversed(_connected):
+        if task in c.task_names:
+            return c
+    return None

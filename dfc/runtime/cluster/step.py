@@ -119,7 +119,7 @@ class ClusterStep:
             raise error
         values = {}
         for task, items in p.remote.items():
-            flat = iter(results[task])
+            flat = iter(results[task]["values"])
             for d, _h, fetches, _f, _t in items:
                 for k in range(len(fetches)):
                     values[(d, k)] = next(flat)
@@ -128,8 +128,7 @@ class ClusterStep:
             for d, plan in p.local.items():
                 for k in range(len(plan.fetches)):
                     values[(d, k)] = next(flat)
-        self.s._wire_bytes += self.counters.snapshot()["bytes_sent"] + sum(
-            st.get("bytes_sent", 0) for _n, st in self.status.values())
+        self.s._wire_bytes += self.counters.snapshot()["bytes_sent"] + sum(r["bytes_sent"] for r in results.values())
         return [values[key] for key in p.fetch_order]
 
     def _run_local(self, runs, order, out):

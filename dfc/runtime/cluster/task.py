@@ -128,7 +128,7 @@ class Task:
         """Run this task's partitions of one step.
 
         items: [(device, graph hash, fetches, feed names, targets)]; returns ("ok", [values of each item's
-        fetches, in order]) or ("error", info) or ("aborted", reason)."""
+        fetches, in order], and this task's message counts}) or ("error", info) or ("aborted", reason)."""
         st = self._state(step, opts)
         if st is None:
             return ("aborted", "step already ended")
@@ -147,7 +147,7 @@ class Task:
                 order += [(dev, k) for k in range(len(fetches))]
             st.coord, st.runs = coord, runs
             values = PartitionedRun(runs, order).execute()
-            return ("ok", values)
+            return ("ok", {"values": values, **st.counters.snapshot()})
         except Aborted as e:
             return ("aborted", str(e))
         except BaseException as e:   # noqa: BLE001 — reported to the chief, which raises it there
@@ -206,12 +206,10 @@ class Task:
         r = containers.get(container).lookup(shared_name)
         return None if r is None else r.read()
 
-    def assign_variable(self, container, shared_name, value):
-        r = containers.get(container).lookup(shared_name)
-        if r is None:
-            return False
-        r.assign(value, "Assign", shared_name)
-        return True
+    def update_variable(self, container, shared_name, value, op, init):
+        """Assign / AssignAdd / AssignSub from the chief's Python, atomically; the new value."""
+        r = containers.get(container).variable(shared_name, lambda: init)
+        return r.assign(value, op, shared_name)
 
     def variables(self, container=None):
         return containers.get(container).snapshot()
