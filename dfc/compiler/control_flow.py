@@ -137,8 +137,12 @@ def cond(pred, true_fn, false_fn, names=None, name=None):
 
     Only the taken branch runs; both are built. Both must return the same
     structure with matching dtypes (Python scalars take the other branch's
-    dtype). A Python bool `pred` just calls one branch.
+    dtype). A Python bool `pred` just calls one branch; so does any `pred` outside a graph
+    (dfc.config.run_functions_eagerly, or numpy values), which must then be a scalar.
     """
+    if current_builder(required=False) is None:
+        from dfc.compiler import eager
+        return eager.cond(pred, true_fn, false_fn)
     if not isinstance(pred, Tensor):
         if hasattr(pred, "_dfc_tensor"):
             pred = pred._dfc_tensor()
@@ -293,7 +297,13 @@ def while_loop(cond_fn, body_fn, loop_vars, parallel_iterations=32, maximum_iter
     The body is traced again (at most a few times) while the variables' types
     settle; a loop nested in it reuses what it settled to in the previous trace,
     so nesting does not multiply the retraces.
+
+    Outside a graph (dfc.config.run_functions_eagerly, or numpy values) it is the Python loop
+    above, with maximum_iterations and the same checks of what the body returns.
     """
+    if current_builder(required=False) is None:
+        from dfc.compiler import eager
+        return eager.while_loop(cond_fn, body_fn, loop_vars, maximum_iterations)
     b = current_builder()
     call = _LoopCall(cond_fn, body_fn, loop_vars, parallel_iterations, maximum_iterations, swap_memory,
                      names, name, user_location())

@@ -13,7 +13,7 @@ def _b():
 
 
 def constant(value, dtype=None, name=None):
-    return convert(value, dtype, name=name)
+    return eager.value_of(convert(value, dtype, name=name))    # outside a graph: the numpy value
 
 
 def _weak_to(x, d):
@@ -44,6 +44,7 @@ def operands(x, y):
     if not isinstance(y, Tensor) and hasattr(y, "_dfc_tensor"):
         y = y._dfc_tensor()
     xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
+    x, y = eager.lift(x), eager.lift(y)       # outside a graph numpy values are tensors
     xw, yw = _is_weak(x), _is_weak(y)
     if xt and yt and xw != yw:
         d = _weak_to(_weak_value(x), y.dtype) if xw else _weak_to(_weak_value(y), x.dtype)
@@ -75,7 +76,8 @@ def _weak_pair(t, v):
 
 
 def _result_weak(t, x, y):
-    t.weak = _is_weak(x) and _is_weak(y)
+    if isinstance(t, Tensor):     # (an eager op's result is a numpy value)
+        t.weak = _is_weak(x) and _is_weak(y)
     return t
 
 
@@ -131,7 +133,7 @@ identity, stop_gradient = _unary("Identity"), _unary("StopGradient")
 def cast(x, dtype):
     x = convert(x)
     d = dt.as_dtype(dtype)
-    return x if x.dtype == d else _b().make1("Cast", (x,), {"dtype": d})
+    return eager.value_of(x) if x.dtype == d else _b().make1("Cast", (x,), {"dtype": d})
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False):
@@ -205,6 +207,7 @@ def squeeze(x, axis=None):
 
 def _same_dtype(values):
     ts = [v for v in values if isinstance(v, Tensor)]
+    values = [eager.lift(v) for v in values]
     d = ts[0].dtype if ts else None
     for t in ts[1:]:
         d = dt.promote(d, t.dtype)
@@ -313,7 +316,7 @@ def broadcast_to(x, shape):
 def range(start, limit=None, delta=1, dtype=None):
     if limit is None:
         start, limit = 0, start
-    vals = [start, limit, delta]
+    vals = [eager.lift(start), eager.lift(limit), eager.lift(delta)]
     ts = [v for v in vals if isinstance(v, Tensor)]
     d = dt.as_dtype(dtype) if dtype else (ts[0].dtype if ts else const_array(
         np.result_type(*[np.asarray(v) for v in vals]).type(0)).dtype.name)
@@ -389,7 +392,8 @@ def checked_when_used(value, ok, message):
     name = b.unique("check")
     b.make("Assert", [convert(ok)], {"message": str(message)}, name=name, ordered=False)
     out = b.make1("Identity", (value,), control=[name])
-    out.weak = value.weak
+    if isinstance(out, Tensor):
+        out.weak = value.weak
     return out
 
 

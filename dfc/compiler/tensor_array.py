@@ -7,6 +7,7 @@ it can be a loop variable or a cond output.
 from dfc.errors import DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.compiler.tracing import Tensor, const_array, convert, current_builder, user_location
+from dfc.compiler import eager
 
 
 def _weak_fits(have, want):
@@ -76,6 +77,7 @@ class TensorArray:
         loop result that started as `s = 0`) take it when their kind allows (int -> float yes,
         float -> int no); other dtypes must match."""
         want = self.info.dtype
+        value = eager.lift(value)       # outside a graph a numpy value is a tensor
         if not isinstance(value, Tensor) and not hasattr(value, "_dfc_tensor"):
             have = const_array(value).dtype.name
             if have != want and not _weak_fits(have, want):
@@ -130,4 +132,6 @@ class TensorArray:
         return current_builder().make1("TensorArraySize", (self.handle, self.flow))
 
     def __repr__(self):
+        if not isinstance(self.handle, Tensor):      # made outside a graph: holds its elements
+            return f"<dfc.TensorArray {self.info.dtype} (eager) size={len(self.handle.items)}>"
         return f"<dfc.TensorArray {self.info.dtype} {self.handle.ref}>"

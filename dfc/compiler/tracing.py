@@ -226,10 +226,13 @@ def capture(t, ctx, builder, loc=None):
 
 
 def current_builder(required=True):
+    """The Builder of the graph being built; when none is: the eager builder (ops compute at once on
+    numpy, dfc/compiler/eager.py), or None if not `required`."""
     stack = getattr(_local, "stack", None)
     if not stack:
         if required:
-            raise DfcError("no graph is being built: call dfc ops inside dfc.trace or a dfc.function")
+            from dfc.compiler.eager import BUILDER
+            return BUILDER
         return None
     return stack[-1]
 
@@ -358,7 +361,12 @@ def _in_converted_code():
 
 
 def convert(x, dtype=None, name=None):
-    """A Tensor for x: Tensors pass through (cast if dtype given); Python/numpy values become Const."""
+    """A Tensor for x: Tensors pass through (cast if dtype given); Python/numpy values become Const.
+    Outside a graph: an EagerTensor holding the value (dfc/compiler/eager.py)."""
+    stack = getattr(_local, "stack", None)
+    if not stack:
+        from dfc.compiler.eager import constant
+        return constant(x, dtype)
     if isinstance(x, Tensor):
         if dtype is not None and dt.as_dtype(dtype) != x.dtype:
             from dfc.compiler.ops_api import cast

@@ -3,9 +3,13 @@
 The differential suites test_autograph_diff_*.py run every case (1) as plain
 Python on Python scalars / numpy arrays and (2) through dfc.function with numpy
 inputs (tensor control flow in the graph), on every execution path of
-tests/conftest.py; the results must match. `expect` checks that an invalid
+tests/conftest.py; the results must match. (3) The same dfc.function run eagerly
+(dfc.config.run_functions_eagerly) must give the graph's results exactly: the
+same nesting, dtypes and shapes (EAGER_DTYPES_DIFFER lists the documented
+exceptions), and leave the same Variable values. `expect` checks that an invalid
 program raises a given DfcError naming the user's file:line.
 """
+import contextlib
 import inspect
 import os
 
@@ -47,9 +51,77 @@ def check_matches_python(fn, arg_sets):
     converted = function(fn)
     for args in arg_sets:
         expected = fn(*[_py(a) for a in args])
+        store = dfc.containers.get()
+        before = store.snapshot()
         graph, inputs = converted.concrete(*args)
         actual = run_all_modes(graph, *inputs)          # every execution path, checked against the reference
         _check(actual, expected)
+        check_eager_matches(converted, args, actual, before, exact_dtypes=fn.__name__ not in EAGER_DTYPES_DIFFER)
+
+
+# Cases whose eager results differ from the graph's in dtype only, for a documented reason (README,
+# "Debugging: eager mode"): eagerly `for i in range(n)` gives Python ints, which numpy types as int64
+# (float64 once a Python float meets them), where the graph's counter is a weakly typed tensor of n's
+# dtype; and a loop that runs zero times leaves `s = 0` a Python int, where the graph gives it the
+# dtype the loop body would. Their values and shapes are still checked, and
+# test_eager_dtype_exceptions_are_needed checks every entry still differs.
+EAGER_DTYPES_DIFFER = {
+    "calls_in_loop": "range(tensor) counter", "abs_builtin_in_loop": "range(tensor) counter",
+    "for_range_start_stop": "range(tensor) counter", "for_range_step": "range(tensor) counter",
+    "for_target_defined_before": "range(tensor) counter", "tensor_array_loop": "range(tensor) counter",
+    "list_append_in_tensor_loop": "range(tensor) counter", "while_weak_python_scalar": "zero-trip weak scalar",
+}
+
+
+@contextlib.contextmanager
+def eager_mode(enable=True):
+    """dfc.config.run_functions_eagerly(enable) inside the block (restored afterwards)."""
+    old = dfc.config.functions_run_eagerly()
+    dfc.config.run_functions_eagerly(enable)
+    try:
+        yield
+    finally:
+        dfc.config.run_functions_eagerly(old)
+
+
+def check_eager_matches(converted, args, graph_result, state_before, exact_dtypes=True):
+    """converted(*args) run eagerly, from the Variable state `state_before`, gives `graph_result`
+    (same nesting, dtypes, shapes, values) and leaves the Variables as the graph run did.
+    Returns whether every dtype matched (with exact_dtypes=False only values and shapes must)."""
+    store = dfc.containers.get()
+    graph_state = store.snapshot()
+    store.restore(state_before)
+    with eager_mode():
+        got = converted(*args)
+    same_dtypes = _check_same(got, graph_result, exact_dtypes)
+    eager_state = store.snapshot()
+    assert eager_state.keys() == graph_state.keys()
+    for name, value in graph_state.items():
+        np.testing.assert_allclose(eager_state[name], value, rtol=1e-6, err_msg=f"variable {name} (eager)")
+    return same_dtypes
+
+
+def _check_same(got, want, exact_dtypes=True, where="result"):
+    """An eager result is the graph's: the same containers, and arrays of the same dtype and shape.
+    Returns whether all dtypes matched."""
+    same = True
+    if isinstance(want, (dict, tuple, list)):
+        assert type(got) is type(want), (where, got, want)
+        assert len(got) == len(want), (where, got, want)
+        keys = list(want) if isinstance(want, dict) else range(len(want))
+        if isinstance(want, dict):
+            assert list(got) == list(want), (where, got, want)
+        for k in keys:
+            same = _check_same(got[k], want[k], exact_dtypes, f"{where}[{k!r}]") and same
+    elif want is None:
+        assert got is None, (where, got)
+    else:
+        assert isinstance(got, np.ndarray), (where, type(got), got)
+        assert got.shape == want.shape, (where, got, want)
+        same = got.dtype == want.dtype
+        assert same or not exact_dtypes, (where, got, want)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=f"{where} (eager)")
+    return same
 
 
 def _py(v):

@@ -15,9 +15,9 @@ import warnings
 
 import numpy as np
 
-from dfc import nest
+from dfc import config, nest
 from dfc.errors import DfcInputError
-from dfc.compiler import variables
+from dfc.compiler import eager, variables
 from dfc.compiler.autograph import conversion, core, parser
 from dfc.compiler.autograph.errors import DfcUndefinedVariableError, DfcUnsupportedSyntaxError
 from dfc.compiler.autograph.special_values import Undefined, UndefinedReturnValue
@@ -82,8 +82,22 @@ class Function:
     def __call__(self, *args, **kwargs):
         if core.current_builder() is not None:
             return self.converted_python_function()(*args, **kwargs)
+        if config.functions_run_eagerly():
+            return self._call_eagerly(args, kwargs)
         graph, inputs = self.concrete(*args, **kwargs)
         return graph(*inputs)
+
+    def _call_eagerly(self, args, kwargs):
+        """dfc.config.run_functions_eagerly: the Python function itself (not converted, not traced)
+        on the numpy arguments; the results as the graph would give them."""
+        call_args, call_kwargs = self._bind(args, kwargs)
+        if self.input_signature is not None:
+            params = list(self._signature.parameters)
+            offset = 1 if self._instance is not None else 0
+            for k, spec in enumerate(self.input_signature[:len(call_args) - offset]):
+                i = k + offset
+                call_args[i] = _convert_input(call_args[i], spec, params[i] if i < len(params) else f"arg{i}")
+        return eager.run_function(self.python_function, call_args, call_kwargs, self.__name__)
 
     def concrete(self, *args, **kwargs):
         """(the Graph a call with these arguments runs, its flat input values): `f(*args)` is
