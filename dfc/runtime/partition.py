@@ -8,7 +8,7 @@ place(graph, devices) gives every node a device:
   3. everything else by a greedy earliest-finish simulation: in topological
      order each heavy node goes to the device (among those in use) where it
      would finish first, counting a transfer cost for every input on another
-     device; a node whose work is below a transfer's latency stays with its
+     device (20 us within a process, 1 ms between the tasks of a cluster); a node whose work is below a transfer's latency stays with its
      first input (so a loop variable's Merge/Switch/Exit stay together). Sources (constants, inputs) go where
      their first consumer went.
 
@@ -34,13 +34,24 @@ from dfc.ir import dtypes as dt
 from dfc.ir import ops as opreg
 from dfc.ir.graph import Graph, Node, ROOT_FRAME, parse_input
 from dfc.ir.loops import LoopBuilder
-from dfc.runtime.devices import canonical_name
+from dfc.runtime.devices import canonical_name, split_task
 
 RESOURCE_OPS = frozenset({"VarHandle", "StackV2", "TensorArray"})
 _OP_SECONDS = 1e-6            # fixed cost of running one node
 _ELEMENT_SECONDS = 1e-9       # per output element of a heavy op, on a device of speed 1
 _XFER_SECONDS = 20e-6         # latency of one Send/Recv
 _XFER_BYTES_PER_SECOND = 4e9
+_TASK_XFER_SECONDS = 1e-3     # latency of one Send/Recv between tasks (processes, maybe machines)
+_TASK_XFER_BYTES_PER_SECOND = 1e9
+
+
+def _xfer_seconds(src_device, dst_device, nbytes):
+    """What moving nbytes from one device to another costs: much more between tasks than within one."""
+    if src_device in (None, dst_device):
+        return 0.0
+    if split_task(src_device)[0] != split_task(dst_device)[0]:
+        return _TASK_XFER_SECONDS + nbytes / _TASK_XFER_BYTES_PER_SECOND
+    return _XFER_SECONDS + nbytes / _XFER_BYTES_PER_SECOND
 
 
 # ------------------------------------------------------------------------------------------ placement
@@ -179,8 +190,8 @@ def _greedy(graph, devices, where, cands, default, groups):
         for d in options:
             start = free.get(d, 0.0) if heavy else 0.0    # cheap ops follow their inputs
             for s, nbytes in srcs:
-                sd = where.get(s)
-                arrive = finish[s] + (0.0 if sd in (None, d) else _XFER_SECONDS + nbytes / _XFER_BYTES_PER_SECOND)
+                sd = where.get(s, default if graph.nodes[s].op == "Placeholder" else None)   # feeds come from the chief
+                arrive = finish[s] + _xfer_seconds(sd, d, nbytes)
                 start = max(start, arrive)
             end = start + _compute_seconds(n, types[n.name], in_types, devices.get(d))
             # A cheap op stays with its first input (a loop's Switch with the loop variable, not the
