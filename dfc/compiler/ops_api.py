@@ -6,6 +6,7 @@ import numpy as np
 from dfc.errors import DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.compiler.tracing import Tensor, convert, current_builder, is_weak, const_array, user_location
+from dfc.compiler import eager
 
 
 def _b():
