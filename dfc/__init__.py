@@ -19,6 +19,10 @@ _OPS = ("constant add subtract multiply divide floordiv mod pow maximum minimum 
         "print Assert clip").split()
 
 _LAZY = {name: ("dfc.compiler.ops_api", name) for name in _OPS}
+_NUMPY = ("full arange linspace repeat tile flip roll outer argsort sort top_k take_along_axis cumsum cumprod "
+          "einsum pad isnan isinf inf nan pi e newaxis").split()
+_LAZY.update({name: ("dfc.compiler.numpy_api", name) for name in _NUMPY})
+_LAZY["linalg"] = ("dfc.compiler.linalg", None)
 _LAZY.update({
     "Graph": ("dfc.ir.graph", "Graph"), "Node": ("dfc.ir.graph", "Node"),
     "save": ("dfc.ir.serialize", "save"), "load": ("dfc.ir.serialize", "load"), "loads": ("dfc.ir.serialize", "loads"),
@@ -43,7 +47,8 @@ _LAZY.update({
 })
 # numpy-style aliases
 _ALIASES = {"sum": "reduce_sum", "mean": "reduce_mean", "max": "reduce_max", "min": "reduce_min",
-            "prod": "reduce_prod"}
+            "prod": "reduce_prod", "all": "reduce_all", "any": "reduce_any", "concatenate": "concat",
+            "absolute": "abs", "power": "pow"}
 
 
 def run(graph, *args, **kwargs):

@@ -31,3 +31,45 @@ def run_functions_eagerly(enable):
 def functions_run_eagerly():
     """Whether dfc.functions currently run eagerly (see ``run_functions_eagerly``)."""
     return _run_eagerly
+
+
+# ---------------------------------------------------------------- default float dtype (issue 15 item 2)
+
+_FLOATS = ("float32", "float64")
+
+
+def _env_default_float():
+    value = os.environ.get("DFC_DEFAULT_FLOAT", "").strip().lower() or "float32"
+    if value not in _FLOATS:
+        from dfc.errors import DfcError
+        raise DfcError(f"DFC_DEFAULT_FLOAT={value!r}: use float32 or float64")
+    return value
+
+
+_default_float = _env_default_float()
+
+
+def set_default_float(dtype):
+    """Make ``dtype`` ("float32", the default, or "float64") the dtype dfc gives floats with no dtype.
+
+    That is: a Python float on its own (``dfc.constant(1.5)``, a float loop variable ``s = 0.0``),
+    lists of Python floats, ``zeros``/``ones``/``full``/``linspace``/``eye``-style constructors and
+    random ops called without ``dtype=``, ``arange`` with float bounds, and the float that integer
+    inputs of float-only ops (``dfc.softmax``) become. Python floats combined with a tensor still take
+    the tensor's dtype (weak typing), and explicit dtypes are unchanged. Like
+    ``jax.config.update("jax_enable_x64", True)`` for scientific code that needs float64
+    everywhere; the environment variable ``DFC_DEFAULT_FLOAT=float64`` sets the initial value.
+    The setting is read while tracing: a graph keeps the dtypes it was traced with.
+    """
+    global _default_float
+    name = getattr(dtype, "__name__", None) if isinstance(dtype, type) else None
+    value = {"float": "float64"}.get(name, name) if name else str(getattr(dtype, "name", dtype))
+    if value not in _FLOATS:
+        from dfc.errors import DfcError
+        raise DfcError(f"set_default_float({dtype!r}): use 'float32' or 'float64'")
+    _default_float = value
+
+
+def default_float():
+    """The dtype name dfc gives floats with no dtype ("float32" unless set_default_float changed it)."""
+    return _default_float

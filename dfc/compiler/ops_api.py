@@ -398,8 +398,16 @@ def checked_when_used(value, ok, message):
     return out
 
 
-def clip(x, lo, hi):
-    return minimum(maximum(x, lo), hi)
+def clip(x, a_min=None, a_max=None):
+    """numpy.clip: minimum(maximum(x, a_min), a_max), either bound None for no bound (so a_max wins
+    when a_min > a_max, as in numpy). The gradient goes to x where it lies within the bounds (ties
+    included) and to a bound where it is the result."""
+    x = convert(x) if a_min is None and a_max is None else x
+    if a_min is not None:
+        x = maximum(x, a_min)
+    if a_max is not None:
+        x = minimum(x, a_max)
+    return x
 
 
 # ------------------------------------------------------------------ indexing
@@ -465,26 +473,7 @@ Tensor.__pos__ = identity
 Tensor.__abs__ = abs
 Tensor.__getitem__ = getitem
 Tensor.__hash__ = object.__hash__
-Tensor.T = property(lambda self: transpose(self))
-Tensor.astype = cast
-Tensor.reshape = lambda self, *s: reshape(self, s[0] if len(s) == 1 else s)
-Tensor.sum = lambda self, axis=None, keepdims=False: reduce_sum(self, axis, keepdims)
-Tensor.mean = lambda self, axis=None, keepdims=False: reduce_mean(self, axis, keepdims)
-Tensor.max = lambda self, axis=None, keepdims=False: reduce_max(self, axis, keepdims)
-Tensor.min = lambda self, axis=None, keepdims=False: reduce_min(self, axis, keepdims)
-Tensor.prod = lambda self, axis=None, keepdims=False: reduce_prod(self, axis, keepdims)
-Tensor.any = lambda self, axis=None, keepdims=False: reduce_any(self, axis, keepdims)
-Tensor.all = lambda self, axis=None, keepdims=False: reduce_all(self, axis, keepdims)
-
-
-def _arg_method(fn):
-    """ndarray.argmax/argmin: over the flattened tensor when axis is None."""
-    def method(self, axis=None):
-        return fn(reshape(self, [-1]), 0) if axis is None else fn(self, axis)
-    return method
-
-
-Tensor.argmax, Tensor.argmin = _arg_method(argmax), _arg_method(argmin)
+# ndarray's methods (t.sum(), t.T, t.astype ...) are attached by dfc.compiler.tensor_methods (end of file).
 
 # numpy functions on symbolic tensors. A ufunc that is one of Tensor's operators (numpy calls
 # np.add for `array + t`) is that operator; any other numpy function would run while tracing
@@ -527,3 +516,5 @@ def _array_function(self, func, types, args, kwargs):
 
 Tensor.__array_ufunc__ = _array_ufunc
 Tensor.__array_function__ = _array_function
+
+from dfc.compiler import tensor_methods as _tensor_methods  # noqa: E402,F401  (attaches ndarray methods)

@@ -847,3 +847,235 @@ def _send_infer(attrs, ins):
 register("Send", ("*x",), 0, dict(_XFER_ATTRS), _send_infer, stateful=True, in_executor=True)
 register("Recv", (), 1, dict(_XFER_ATTRS), lambda a, ins: [TType(a["dtype"], a["shape"])], stateful=True,
          in_executor=True)
+
+
+# ---------------------------------------------------------------- the numpy surface (issue 15 item 2)
+# sort/argsort/top_k, take_along_axis, cumsum/cumprod, einsum, pad, isnan/isinf and dfc.linalg.
+# Compositions of other ops (repeat, tile, flip, roll, outer, linspace, sort, norm) have no op here.
+
+
+def _along_axis_infer(op, allowed):
+    """An op along attrs["axis"] of a tensor of rank >= 1 whose result has the input's dtype and shape."""
+    def infer(attrs, ins):
+        _require(op, ins[0], allowed)
+        s = ins[0].shape
+        if s is not None:
+            if not s:
+                raise DfcTypeError(f"{op} needs a tensor of rank >= 1")
+            _norm_axes(attrs["axis"], len(s))
+        return [TType(ins[0].dtype, s)]
+    return infer
+
+
+def _cumprod_grad_infer(attrs, ins):
+    _same_dtype("CumprodGrad", ins)
+    return _along_axis_infer("CumprodGrad", dt.FLOATS)(attrs, ins)
+
+
+_unary("IsNan", allowed=dt.FLOATS, result="bool")
+_unary("IsInf", allowed=dt.FLOATS, result="bool")
+_SCAN_ATTRS = {"axis": ("int", 0), "reverse": ("bool", False)}
+register("Cumsum", ("x",), 1, dict(_SCAN_ATTRS), _along_axis_infer("Cumsum", dt.NUMERIC), heavy=True)
+register("Cumprod", ("x",), 1, dict(_SCAN_ATTRS), _along_axis_infer("Cumprod", dt.NUMERIC), heavy=True)
+# The gradient of Cumprod (x, grad of its output) -> grad of x, without dividing by x (zeros are fine).
+register("CumprodGrad", ("x", "grad"), 1, dict(_SCAN_ATTRS), _cumprod_grad_infer, heavy=True)
+
+
+def _argsort_infer(attrs, ins):
+    _along_axis_infer("ArgSort", dt.NUMERIC)(attrs, ins)
+    return [TType("int64", ins[0].shape)]
+
+
+# Stable: equal elements keep their order (descending too: the lower index first), NaN sorts last
+# (first when descending).
+register("ArgSort", ("x",), 1, {"axis": ("int", -1), "descending": ("bool", False)}, _argsort_infer, heavy=True)
+
+
+def _topk_infer(attrs, ins):
+    _require("TopK", ins[0], dt.NUMERIC)
+    k, s = attrs["k"], ins[0].shape
+    if k < 0:
+        raise DfcTypeError(f"TopK k must be >= 0, got {k}")
+    if s is None:
+        return [TType(ins[0].dtype, None), TType("int64", None)]
+    if not s:
+        raise DfcTypeError("TopK needs a tensor of rank >= 1")
+    if s[-1] is not None and k > s[-1]:
+        raise DfcTypeError(f"TopK k={k} is larger than the last dimension ({s[-1]})")
+    return [TType(ins[0].dtype, s[:-1] + (k,)), TType("int64", s[:-1] + (k,))]
+
+
+# The k largest entries along the last axis in descending order, and their indices (ties: lower index first).
+register("TopK", ("x",), 2, {"k": ("int", REQUIRED)}, _topk_infer, heavy=True)
+
+
+def take_along_axis_shape(arr, idx, axis):
+    """numpy.take_along_axis: same rank; idx's size on `axis`, the broadcast of both elsewhere."""
+    if arr is None or idx is None:
+        return None
+    if len(arr) != len(idx) or not arr:
+        raise DfcTypeError(f"take_along_axis needs arr and indices of one rank >= 1, got "
+                           f"{dt.format_shape(arr)} and {dt.format_shape(idx)}")
+    ax = _norm_axes(axis, len(arr))[0]
+    out = []
+    for i, (a, b) in enumerate(zip(arr, idx)):
+        out.append(b if i == ax else broadcast_shapes((a,), (b,))[0])
+    return tuple(out)
+
+
+def _take_along_infer(attrs, ins):
+    _require("TakeAlongAxis", ins[1], dt.INTS, "indices")
+    return [TType(ins[0].dtype, take_along_axis_shape(ins[0].shape, ins[1].shape, attrs["axis"]))]
+
+
+def _take_along_grad_infer(attrs, ins):
+    _require("TakeAlongAxisGrad", ins[1], dt.INTS, "shape")
+    _require("TakeAlongAxisGrad", ins[2], dt.INTS, "indices")
+    shape = _fill_shape(ins[1])
+    if shape is not None and ins[2].shape is not None and len(shape) != len(ins[2].shape):
+        raise DfcTypeError("TakeAlongAxisGrad: shape and indices differ in rank")
+    if shape is not None:
+        _norm_axes(attrs["axis"], max(len(shape), 1))
+    return [TType(ins[0].dtype, shape)]
+
+
+register("TakeAlongAxis", ("arr", "indices"), 1, {"axis": ("int", REQUIRED)}, _take_along_infer, heavy=True)
+# The adjoint of TakeAlongAxis: zeros of `shape` with `grad` added at the indices along axis.
+register("TakeAlongAxisGrad", ("grad", "shape", "indices"), 1, {"axis": ("int", REQUIRED)},
+         _take_along_grad_infer, heavy=True)
+
+
+def _pad_infer(attrs, ins):
+    d = _same_dtype("Pad", ins)
+    if ins[1].shape not in (None, ()):
+        raise DfcTypeError(f"Pad value must be a scalar, got shape {dt.format_shape(ins[1].shape)}")
+    p, s = attrs["paddings"], ins[0].shape
+    if any(w < 0 for w in p):
+        raise DfcTypeError(f"Pad widths must be >= 0, got {p}")
+    if s is None:
+        return [TType(d, None)]
+    if len(p) != 2 * len(s):
+        raise DfcTypeError(f"Pad of a rank-{len(s)} tensor takes {2 * len(s)} widths, got {len(p)}")
+    return [TType(d, [None if n is None else n + p[2 * i] + p[2 * i + 1] for i, n in enumerate(s)])]
+
+
+# Constant padding: paddings = [before_0, after_0, before_1, after_1, ...], one pair per dimension.
+register("Pad", ("x", "value"), 1, {"paddings": ("ints", REQUIRED)}, _pad_infer, heavy=True)
+
+
+def parse_einsum(equation, n_operands):
+    """(input subscripts, output subscripts) of an explicit einsum equation 'ab,bc->ac' ('...' allowed)."""
+    if not isinstance(equation, str) or equation.count("->") != 1:
+        raise DfcTypeError(f"einsum equation {equation!r} must be explicit ('ij,jk->ik')")
+    lhs, out = equation.split("->")
+    ins = lhs.split(",")
+    if len(ins) != n_operands:
+        raise DfcTypeError(f"einsum equation {equation!r} names {len(ins)} operands, got {n_operands}")
+    for s in ins + [out]:
+        body = s.replace("...", "", 1)
+        if not all(c.isalpha() and c.isascii() for c in body):
+            raise DfcTypeError(f"einsum equation {equation!r}: subscripts are letters and one '...'")
+    if len(set(out.replace("...", ""))) != len(out.replace("...", "")):
+        raise DfcTypeError(f"einsum equation {equation!r}: an output letter repeats")
+    letters = set("".join(ins))
+    if any(c not in letters for c in out.replace("...", "")):
+        raise DfcTypeError(f"einsum equation {equation!r}: an output letter is in no input")
+    if "..." in out and not any("..." in s for s in ins):
+        raise DfcTypeError(f"einsum equation {equation!r}: '...' in the output but in no input")
+    return ins, out
+
+
+def einsum_shape(equation, shapes):
+    """The static result shape of numpy.einsum(equation, ...) (size-1 dimensions broadcast)."""
+    ins, out = parse_einsum(equation, len(shapes))
+    if any(s is None for s in shapes):
+        return None
+    sizes, ell = {}, []
+    for sub, s in zip(ins, shapes):
+        named = sub.replace("...", "")
+        if len(s) < len(named) or ("..." not in sub and len(s) != len(named)):
+            raise DfcTypeError(f"einsum operand {sub!r} does not fit shape {dt.format_shape(s)}")
+        k = sub.find("...")
+        if k >= 0:
+            n_ell = len(s) - len(named)
+            ell.append(s[k:k + n_ell])
+            s = s[:k] + s[k + n_ell:]
+        for c, n in zip(named, s):
+            sizes[c] = broadcast_shapes((sizes.get(c, 1),), (n,))[0] if c in sizes else n
+    batch = broadcast_shapes(*ell) if ell else ()
+    k = out.find("...")
+    dims = [sizes[c] for c in out.replace("...", "")]
+    return tuple(dims if k < 0 else dims[:k] + list(batch) + dims[k:])
+
+
+def _einsum_infer(attrs, ins):
+    if not ins:
+        raise DfcTypeError("Einsum needs at least one operand")
+    d = _same_dtype("Einsum", ins)
+    _require("Einsum", ins[0], dt.NUMERIC)
+    return [TType(d, einsum_shape(attrs["equation"], [t.shape for t in ins]))]
+
+
+register("Einsum", ("*operands",), 1, {"equation": ("str", REQUIRED)}, _einsum_infer, heavy=True,
+         cost=lambda a, ins, outs: max(1, math.prod(d or 1 for t in ins for d in (t.shape or ()))))
+
+
+def _square(op, t, what="input"):
+    _require(op, t, dt.FLOATS, what)
+    s = t.shape
+    if s is None:
+        return None
+    if len(s) < 2:
+        raise DfcTypeError(f"{op} needs a matrix (rank >= 2), got shape {dt.format_shape(s)}")
+    if s[-1] is not None and s[-2] is not None and s[-1] != s[-2]:
+        raise DfcTypeError(f"{op} needs square matrices, got shape {dt.format_shape(s)}")
+    return s
+
+
+def _solve_infer(attrs, ins):
+    d = _same_dtype("MatrixSolve", ins)
+    a, b = _square("MatrixSolve", ins[0]), ins[1].shape
+    if a is None or b is None:
+        return [TType(d, None)]
+    if len(b) < 2 or (a[-1] is not None and b[-2] is not None and a[-1] != b[-2]):
+        raise DfcTypeError(f"MatrixSolve of {dt.format_shape(a)} and {dt.format_shape(b)}: b must be "
+                           f"(..., {a[-1]}, K)")
+    return [TType(d, broadcast_shapes(a[:-2], b[:-2]) + b[-2:])]
+
+
+def _square_infer(op):
+    return lambda attrs, ins: [TType(ins[0].dtype, _square(op, ins[0]))]
+
+
+def _det_infer(op):
+    def infer(attrs, ins):
+        s = _square(op, ins[0])
+        return [TType(ins[0].dtype, None if s is None else s[:-2])] * (2 if op == "LogMatrixDeterminant" else 1)
+    return infer
+
+
+def _qr_infer(attrs, ins):
+    _require("Qr", ins[0], dt.FLOATS)
+    s = ins[0].shape
+    if s is None:
+        return [TType(ins[0].dtype, None)] * 2
+    if len(s) < 2:
+        raise DfcTypeError(f"Qr needs a matrix (rank >= 2), got shape {dt.format_shape(s)}")
+    m, n = s[-2:]
+    k = m if attrs["full_matrices"] else None if m is None or n is None else min(m, n)
+    return [TType(ins[0].dtype, s[:-2] + (m, k)), TType(ins[0].dtype, s[:-2] + (k, n))]
+
+
+def _eigh_infer(attrs, ins):
+    s = _square("SelfAdjointEig", ins[0])
+    return [TType(ins[0].dtype, None if s is None else s[:-1]), TType(ins[0].dtype, s)]
+
+
+register("MatrixSolve", ("a", "b"), 1, {}, _solve_infer, heavy=True)
+register("MatrixInverse", ("x",), 1, {}, _square_infer("MatrixInverse"), heavy=True)
+register("Cholesky", ("x",), 1, {}, _square_infer("Cholesky"), heavy=True)      # reads the lower triangle
+register("MatrixDeterminant", ("x",), 1, {}, _det_infer("MatrixDeterminant"), heavy=True)
+register("LogMatrixDeterminant", ("x",), 2, {}, _det_infer("LogMatrixDeterminant"), heavy=True)  # sign, log|det|
+register("Qr", ("x",), 2, {"full_matrices": ("bool", False)}, _qr_infer, heavy=True)
+# Eigenvalues (ascending) and eigenvectors (columns) of a symmetric matrix given by its lower triangle.
+register("SelfAdjointEig", ("x",), 2, {}, _eigh_infer, heavy=True)

@@ -12,6 +12,7 @@ import numpy as np
 from dfc.compiler import ops_api as K
 from dfc.compiler.tracing import current_builder
 from dfc.compiler.autodiff import tensor_array_grad as ta_grad
+from dfc.compiler.autodiff import linalg_grads
 from dfc.errors import DfcError
 
 
@@ -243,13 +244,89 @@ GRADS = {
     "TensorArrayConcat": ta_grad.concat_grad,
 }
 
+# ------------------------------------------------------------------ the numpy surface (issue 15)
+
+
+def _cumsum_grad(op, g):
+    return [_make("Cumsum", (g,), {"axis": op.attrs["axis"], "reverse": not op.attrs["reverse"]})]
+
+
+def _cumprod_grad(op, g):
+    return [_make("CumprodGrad", (op.x(0), g), dict(op.attrs))]
+
+
+def _cumprod_grad_grad(op, g):
+    raise DfcError("the second derivative of cumprod is not supported", node=op.node.name)
+
+
+def _take_along_axis_grad(op, g):
+    return [_make("TakeAlongAxisGrad", (g, op.shape_in(0), op.x(1)), {"axis": op.attrs["axis"]}), None]
+
+
+def _top_k_grad(op, g_values, g_indices):
+    if g_values is None:
+        return [None]
+    return [_make("TakeAlongAxisGrad", (g_values, op.shape_in(0), op.y(1)), {"axis": -1})]
+
+
+def _pad_grad(op, g):
+    p = op.attrs["paddings"]
+    inner = g[tuple(slice(p[2 * i], -p[2 * i + 1] or None) for i in range(len(p) // 2))]
+    return [inner, K.reduce_sum(g) - K.reduce_sum(inner)]
+
+
+def _einsum_grad(op, g):
+    from dfc.ir.ops import parse_einsum
+    ins, out = parse_einsum(op.attrs["equation"], op.n_inputs)
+    grads = []
+    for k, sub in enumerate(ins):
+        letters = sub.replace("...", "")
+        if len(set(letters)) != len(letters):
+            raise DfcError(f"gradient of einsum {op.attrs['equation']!r}: a letter repeats in operand {k}",
+                           node=op.node.name)
+        others = [out] + [s for j, s in enumerate(ins) if j != k]
+        present = set("".join(others).replace("...", ""))
+        if "..." in sub and not any("..." in s for s in others):
+            raise DfcError(f"gradient of einsum {op.attrs['equation']!r}: operand {k}'s '...' dimensions are "
+                           f"summed away", node=op.node.name)
+        kept = "".join(c for c in sub if c in present or c == ".")
+        vals = [g] + [op.x(j) for j in range(op.n_inputs) if j != k]
+        gk = _make("Einsum", vals, {"equation": ",".join(others) + "->" + kept})
+        if kept != sub:       # letters only operand k had were summed: broadcast the gradient back
+            head, _, tail = sub.partition("...")
+            for i, c in enumerate(head):
+                if c not in present:
+                    gk = K.expand_dims(gk, i)
+            for d, c in enumerate(reversed(tail), 1):
+                if c not in present:
+                    gk = K.expand_dims(gk, -d)
+            gk = _make("BroadcastTo", (gk, op.shape_in(k)))
+        grads.append(unbroadcast(op, k, gk))
+    return grads
+
+
+GRADS.update({
+    "Cumsum": _cumsum_grad,
+    "Cumprod": _cumprod_grad,
+    "CumprodGrad": _cumprod_grad_grad,
+    "TakeAlongAxis": _take_along_axis_grad,
+    "TakeAlongAxisGrad": lambda op, g: [_make("TakeAlongAxis", (g, op.x(2)), {"axis": op.attrs["axis"]}),
+                                        None, None],
+    "TopK": _top_k_grad,
+    "Pad": _pad_grad,
+    "Einsum": _einsum_grad,
+})
+GRADS.update(linalg_grads.GRADS)
+
 # Zero or undefined derivative, integer/bool results, sources, state and side effects.
 NOT_DIFFERENTIABLE = frozenset("""
     Less LessEqual Greater GreaterEqual Equal NotEqual LogicalAnd LogicalOr LogicalNot IsFinite
+    IsNan IsInf ArgSort
     Sign Floor Ceil Round FloorDiv StopGradient ZerosLike OnesLike OneHot All Any ArgMax ArgMin
     Const Placeholder Range RandomUniform RandomNormal Shape Size Rank LoopCond NoOp Print Assert
     VarHandle Assign AssignAdd AssignSub StackV2 StackPush StackPop
     TensorArray TensorArraySize TensorArrayGrad Save Restore Send Recv
+    Progress SummaryScalar SummaryHistogram
 """.split())
 
 # Control-flow primitives: their gradients are the dual constructs built by control_flow_grad

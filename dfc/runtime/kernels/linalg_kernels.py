@@ -1,0 +1,68 @@
+"""Kernels of dfc.linalg, written against `xp.linalg` (numpy.linalg or cupy.linalg).
+
+numpy raises LinAlgError for a singular matrix (solve, inv) or one that is not positive definite
+(cholesky); the executor reports it as a DfcRuntimeError naming the node. cupy does not check by
+default: it returns NaNs instead.
+"""
+import numpy as np
+
+from dfc.runtime.kernels.registry import direct, kernel
+
+
+def _lower(xp, x):
+    """The symmetric matrix whose lower triangle is x's (what LAPACK reads for cholesky and eigh)."""
+    low = xp.tril(x)
+    return low + xp.swapaxes(xp.tril(x, -1), -1, -2)
+
+
+@kernel("MatrixSolve")
+def _solve(node, xp):
+    def f(a, b):
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])     # shapes are host tuples
+        a = xp.broadcast_to(a, batch + a.shape[-2:])
+        b = xp.broadcast_to(b, batch + b.shape[-2:])
+        return xp.linalg.solve(a, b)
+    return direct(f)
+
+
+@kernel("MatrixInverse")
+def _inv(node, xp):
+    return direct(lambda x: xp.linalg.inv(x))
+
+
+@kernel("Cholesky")
+def _cholesky(node, xp):
+    # Only the lower triangle is read (as numpy.linalg.cholesky does); symmetrising first makes
+    # every backend agree on that.
+    return direct(lambda x: xp.linalg.cholesky(_lower(xp, x)))
+
+
+@kernel("MatrixDeterminant")
+def _det(node, xp):
+    return direct(lambda x: xp.asarray(xp.linalg.det(x)))
+
+
+@kernel("LogMatrixDeterminant")
+def _slogdet(node, xp):
+    def f(ctx, a):
+        sign, logdet = xp.linalg.slogdet(a[0])
+        return xp.asarray(sign), xp.asarray(logdet)
+    return f
+
+
+@kernel("Qr")
+def _qr(node, xp):
+    mode = "complete" if node.attrs["full_matrices"] else "reduced"
+
+    def f(ctx, a):
+        q, r = xp.linalg.qr(a[0], mode=mode)
+        return q, r
+    return f
+
+
+@kernel("SelfAdjointEig")
+def _eigh(node, xp):
+    def f(ctx, a):
+        w, v = xp.linalg.eigh(_lower(xp, a[0]))
+        return w, v
+    return f
