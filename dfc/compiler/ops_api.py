@@ -514,7 +514,18 @@ def _array_function(self, func, types, args, kwargs):
     _numpy_on_tensor(func.__name__)
 
 
+def _array(self, dtype=None, copy=None):
+    """numpy converting a symbolic tensor to an array (np.asarray(t), np_array[t], ...) fails at
+    once instead of building an object array that breaks later."""
+    raise DfcTypeError(
+        f"numpy needs the value of symbolic tensor {self.ref} (np.asarray(t), indexing a numpy "
+        f"array with a tensor, a numpy function): numpy runs while tracing, before the tensor has "
+        f"a value. To index a numpy array with a tensor use dfc.gather(arr, t); otherwise use the "
+        f"dfc functions (dfc.*), which run in the graph", loc=user_location())
+
+
 Tensor.__array_ufunc__ = _array_ufunc
 Tensor.__array_function__ = _array_function
+Tensor.__array__ = _array
 
 from dfc.compiler import tensor_methods as _tensor_methods  # noqa: E402,F401  (attaches ndarray methods)

@@ -310,9 +310,10 @@ class Tensor:
 
     def __setitem__(self, index, value):
         raise DfcTypeError(
-            f"symbolic tensor {self.ref} does not support item assignment (t[i] = v): dfc tensors are "
-            f"values, not buffers. Build a new tensor instead, e.g. t = dfc.where(dfc.range(n) == i, v, t) "
-            f"for one element, or collect the values in a list / dfc.TensorArray and dfc.stack them",
+            f"symbolic tensor {self.ref} does not support item assignment (t[i] = v): tensors are "
+            f"immutable: use dfc.where / a TensorArray. Build a new tensor instead, e.g. "
+            f"t = dfc.where(dfc.range(n) == i, v, t) for one element, or collect the values in a "
+            f"list / dfc.TensorArray and dfc.stack them",
             loc=user_location())
 
     def __getattr__(self, name):
@@ -327,7 +328,8 @@ class Tensor:
     def __index__(self):
         raise DfcTypeError(f"symbolic tensor {self.ref} cannot be used as a Python integer while tracing "
                            f"(a list index, a range() bound or a shape); its value is known only when the "
-                           f"graph runs. To index a Python list with a tensor, stack it: dfc.stack(xs)[i]",
+                           f"graph runs. To index a Python list with a tensor, stack it: dfc.stack(xs)[i]; a "
+                           f"numpy array: dfc.gather(arr, i); use dfc.range for a tensor loop",
                            loc=user_location())
 
     def __len__(self):

@@ -575,7 +575,9 @@ def _on_chain(ctx, g):
 def value_and_grad(fn, argnums=0):
     """Return f(*args) -> (fn(*args), gradient of fn's (summed) value w.r.t. args[argnums]).
 
-    Inside traced code (dfc.trace, dfc.function) it builds the gradient into the graph;
+    fn's Python control flow is converted as in dfc.function (`if`/`while` on tensors become
+    dfc.cond / dfc.while_loop). Inside traced code (dfc.trace, dfc.function) it builds the
+    gradient into the graph;
     called with numpy values it traces fn once per signature and runs the graph.
     argnums may be an int (one gradient) or a tuple (a tuple of gradients); an argument
     may be a nested structure of tensors (its gradient has the same structure).
@@ -586,7 +588,8 @@ def value_and_grad(fn, argnums=0):
     def wrapped(*args, **kwargs):
         if current_builder(required=False) is None:
             return _run_eagerly(wrapped, cache, args, kwargs)
-        value = fn(*args, **kwargs)
+        from dfc.compiler.autograph.calls import converted_call
+        value = converted_call(fn, args, kwargs)   # converted: `if`/`while` on tensors work in fn
         targets = [args[i] for i in nums]
         flat = [nest.flatten(t) for t in targets]
         grads = gradients(value, [x for f in flat for x in f])

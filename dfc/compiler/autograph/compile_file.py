@@ -119,10 +119,12 @@ def user_frames(tb, path=None):
         filename, func = frame.f_code.co_filename, frame.f_code.co_name
         mapped = origin.map_frame(filename, lineno)
         if mapped is not None:
+            func = origin.user_function_name(filename) or func    # not a converter-made if_body_1
             filename, lineno = mapped
         elif not _is_user_file(filename, path):
             continue
-        out.append((filename, lineno, func))
+        if not out or out[-1] != (filename, lineno, func):   # a branch function on the same line
+            out.append((filename, lineno, func))
     return out[-_MAX_FRAMES:]
 
 

@@ -1,6 +1,5 @@
 """The few things of the tracing core that the runtime helpers of converted code need."""
 from dfc.compiler import tracing
-from dfc.compiler.autograph import origin
 from dfc.compiler.tensor_array import TensorArray
 from dfc.compiler.tracing import Tensor
 from dfc.errors import DfcError
@@ -20,15 +19,16 @@ def current_builder():
 
 
 def trace(fn, args, kwargs, name):
-    """tracing.trace; a Python error raised by the user's code gets a note naming the user's
-    file:line (its traceback shows the converted code)."""
+    """tracing.trace; a Python error raised by the user's code is re-raised as a DfcError naming
+    the user's file:line, with a hint (user_errors.translate); the converted code's traceback is
+    kept as the error's `original`."""
+    from dfc.compiler.autograph import user_errors
     try:
         return tracing.trace(fn, tuple(args), kwargs, name=name)
     except DfcError:
         raise
     except Exception as e:
-        where = origin.traceback_origin(e.__traceback__)
-        if where is not None:
-            e.add_note(f"dfc: raised while tracing dfc.function {name}, at {where[0]}:{where[1]} "
-                       f"(the lines above marked <dfc:...> are its converted code)")
-        raise
+        err = user_errors.translate(e, name)
+        if err is None:
+            raise
+    raise err from None

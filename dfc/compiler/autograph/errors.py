@@ -14,6 +14,10 @@ class DfcUnsupportedSyntaxError(DfcConversionError):
     """Syntax dfc.function cannot convert (yield, try around control flow, ...)."""
 
 
+class DfcUnrolledLoopWarning(UserWarning):
+    """A Python loop unrolled while tracing whose break/return depends on a tensor."""
+
+
 class DfcTraceTimeRandomWarning(UserWarning):
     """numpy/Python random numbers drawn while tracing: constants of the graph."""
 

@@ -4,8 +4,8 @@ import warnings
 from dfc.compiler import control_flow, ops_api
 from dfc.compiler.autograph import core, iterables, loop_scope, state, unset
 from dfc.compiler.autograph.conditionals import tensor_if
-from dfc.compiler.autograph.errors import DfcLoopVariableError, describe
-from dfc.compiler.autograph.origin import generated_caller_location
+from dfc.compiler.autograph.errors import DfcLoopVariableError, DfcUnrolledLoopWarning, describe
+from dfc.compiler.autograph.origin import generated_caller_location, generated_caller_origin
 from dfc.compiler.autograph.state import VarPlan
 from dfc.compiler.autograph.tensor_list import ListNeeds, TensorList
 from dfc.errors import DfcError
@@ -54,11 +54,14 @@ def for_stmt(iter_, extra_test, body, get_state, set_state, names, opts=None):
     iteration = iterables.tensor_iteration(iter_)
     if iteration is not None:
         return _tensor_for(iteration, extra_test, body, get_state, set_state, names, opts, loc)
-    count = 0
+    count, warned = 0, False
     for item in iter_:
         if extra_test is not None:
             go_on = extra_test()
             if core.is_tensor(go_on):
+                if not warned and isinstance(iter_, range):
+                    _warn_unrolled_break(iter_, count)
+                    warned = True
                 tensor_if(go_on, lambda item=item: body(item), None, get_state, set_state,
                           names, loc)
                 continue
@@ -67,6 +70,25 @@ def for_stmt(iter_, extra_test, body, get_state, set_state, names, opts=None):
         body(item)
         count += 1
         _warn_unrolled(count, loc)
+
+
+def _warn_unrolled_break(iter_, done):
+    """A break/return on a tensor condition in a loop over a Python range: the loop is unrolled,
+    and every iteration from here on is built under a dfc.cond."""
+    where = generated_caller_origin(3) or ("<unknown>", 0)
+    rest = len(iter_) - done
+    warnings.warn_explicit(
+        f"this `for` loop over a Python {_range_text(iter_)} was unrolled while tracing, and its `break` (or "
+        f"`return`) depends on a tensor: the remaining {rest} iteration(s) are each built into the "
+        f"graph under a dfc.cond: use dfc.range for a tensor loop (dfc.range(...), or range() of a "
+        f"tensor), which stops in the graph when the condition says so",
+        DfcUnrolledLoopWarning, where[0], where[1])
+
+
+def _range_text(r):
+    if r.step == 1:
+        return f"range({r.stop})" if r.start == 0 else f"range({r.start}, {r.stop})"
+    return f"range({r.start}, {r.stop}, {r.step})"
 
 
 def _warn_unrolled(count, loc):

@@ -29,6 +29,14 @@ def generated_filename(fn_module, qualname):
     return f"<dfc:{fn_module}.{qualname}#{next(_counter)}>"
 
 
+def user_function_name(filename):
+    """The name of the user function whose converted code is in generated file `filename`."""
+    if not filename.startswith("<dfc:"):
+        return None
+    qualname = filename[len("<dfc:"):].rpartition("#")[0]
+    return qualname.rpartition(".")[2] or None
+
+
 def set_origin(node, filename, lineno):
     node._dfc_origin = (filename, lineno)
 
@@ -130,10 +138,15 @@ def traceback_origin(tb):
 
 def generated_caller_location(depth=2):
     """The mapped location of the nearest generated frame above the caller."""
+    return format_loc(generated_caller_origin(depth + 1))
+
+
+def generated_caller_origin(depth=2):
+    """(file, line) of the nearest generated frame above the caller, mapped back."""
     frame = sys._getframe(depth)
     while frame is not None:
         mapped = map_frame(frame.f_code.co_filename, frame.f_lineno)
         if mapped is not None:
-            return format_loc(mapped)
+            return mapped
         frame = frame.f_back
     return None
