@@ -21,7 +21,7 @@ import itertools
 import numpy as np
 
 from dfc import nest
-from dfc.errors import DfcError, DfcInputError, DfcTypeError
+from dfc.errors import DfcError, DfcInputError, DfcRuntimeError, DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.ir import ops as opreg
 from dfc.ir.dtypes import TType
@@ -65,10 +65,10 @@ class EagerBuilder:
         if opdef.in_executor:
             raise DfcError(f"{op} is a control-flow primitive; it runs only in a graph", loc=loc)
         node = Node(name or op.lower(), op, [], attrs, None, loc)
-        from dfc.runtime.executor import KernelContext
+        from dfc.runtime.executor import KernelContext, default_printer
         from dfc.runtime.kernels import kernel_for
         from dfc.runtime.limits import kernel_error
-        ctx = KernelContext()
+        ctx = KernelContext(printer=default_printer)     # the printer a Session uses
         if opdef.stateful:
             ctx.run_count = next(_draws)
         try:
@@ -265,8 +265,58 @@ def _desc(x):
 
 def run_function(fn, args, kwargs, name):
     """Call `fn` (the user's unconverted Python) and give its results as a graph would: the same
-    nesting, numpy arrays (0-d for scalars), Python literals typed as graph constants."""
-    return _output(fn(*args, **kwargs), name)
+    nesting, numpy arrays (0-d for scalars), Python literals typed as graph constants.
+
+    A Python or numpy error in the user's code (an index out of range, shapes that do not
+    broadcast: what a graph reports as a DfcError) is re-raised as a DfcRuntimeError naming the
+    user's line that is also an instance of the original class (`except IndexError` still works),
+    with the original traceback, so a debugger's post-mortem lands on that line."""
+    try:
+        out = fn(*args, **kwargs)
+    except DfcError:
+        raise
+    except Exception as e:   # noqa: BLE001 — only Python's and numpy's own errors are translated
+        err = _translated(e, name)
+        if err is None:
+            raise
+        raise err.with_traceback(e.__traceback__) from None
+    return _output(out, name)
+
+
+_TRANSLATED = (IndexError, ValueError, TypeError, ArithmeticError, AttributeError, KeyError)
+_error_classes = {}
+
+
+def _translated(e, name):
+    """A DfcRuntimeError that is also a `type(e)` for a builtin or numpy error raised in user code
+    (None for other errors: the user's own exception classes pass through unchanged)."""
+    cls = type(e)
+    module = cls.__module__.split(".")[0]
+    if not isinstance(e, _TRANSLATED) or module not in ("builtins", "numpy"):
+        return None
+    sub = _error_classes.get(cls)
+    if sub is None:
+        try:
+            sub = type(f"DfcEager{cls.__name__}", (DfcRuntimeError, cls), {"__str__": BaseException.__str__,
+                                                                        "__module__": __name__})
+        except TypeError:
+            sub = DfcRuntimeError
+        _error_classes[cls] = sub
+    where = _user_frame(e.__traceback__)
+    return sub(f"{cls.__name__} in dfc.function {name} (run eagerly): {e}", loc=where)
+
+
+def _user_frame(tb):
+    """'file.py:12' of the innermost frame of the traceback outside dfc and installed libraries."""
+    import sysconfig
+    skip = {tracing._DFC_DIR} | {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
+    where = None
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if not fn.startswith("<") and not any(fn.startswith(d) for d in skip):
+            where = f"{fn}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
 
 
 def _output(r, name):

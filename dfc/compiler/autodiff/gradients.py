@@ -521,6 +521,11 @@ def gradients(ys, xs, grad_ys=None, unconnected_gradients="none"):
     if unconnected_gradients not in ("none", "zero"):
         raise DfcError("unconnected_gradients must be 'none' or 'zero'", loc=user_location())
     b = current_builder()
+    if getattr(b, "eager", False):
+        raise DfcError("dfc.gradients(ys, xs) differentiates the graph that computes ys, but no graph is being "
+                       "built (an eager dfc.function, or dfc ops on numpy values), so ys is only a value. Use "
+                       "dfc.value_and_grad(fn)(*args), which traces fn to differentiate it (eagerly too)",
+                       loc=user_location())
     c0 = b.ctx
     single_x = not isinstance(xs, (list, tuple))
     xs_list = [xs] if single_x else list(xs)
