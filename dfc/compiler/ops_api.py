@@ -44,8 +44,8 @@ def operands(x, y):
         x = x._dfc_tensor()
     if not isinstance(y, Tensor) and hasattr(y, "_dfc_tensor"):
         y = y._dfc_tensor()
-    xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
     x, y = eager.lift(x), eager.lift(y)       # outside a graph numpy values are tensors
+    xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
     xw, yw = _is_weak(x), _is_weak(y)
     if xt and yt and xw != yw:
         d = _weak_to(_weak_value(x), y.dtype) if xw else _weak_to(_weak_value(y), x.dtype)
