@@ -74,6 +74,11 @@ OPS = {
     "unstack": (lambda a: dfc.unstack(a), (M,)),
     "shape size rank": (lambda a: dfc.stack([dfc.size(a), dfc.cast(dfc.rank(a), "int64")]), (M,)),
     "logical": (lambda a: dfc.logical_and(a > -1, dfc.logical_not(a > 2)), (M,)),
+    "cumsum sort": (lambda a: dfc.sort(dfc.cumsum(a, axis=1), axis=0), (M,)),
+    "einsum": (lambda a: dfc.einsum("ij,kj->ik", a, a), (M,)),
+    "top_k": (lambda a: dfc.top_k(a, 2), (M,)),
+    "linalg solve": (lambda a, b: dfc.linalg.solve(a, b), (np.array([[3, 1], [1, 2]], f32), np.ones(2, f32))),
+    "random in a graph vs numpy shape": (lambda a: dfc.shape(dfc.random_uniform(dfc.shape(a))), (M,)),
 }
 
 
