@@ -120,10 +120,12 @@ class Plan:
     """Precomputed per-node tables for one (fetches, feeds, targets) subgraph."""
 
     def __init__(self, graph, fetches, feed_names, targets, xp=np, parallel_iterations=None, fuse=False,
-                 frame_ids=None, device=None, memory_limit=None):
+                 frame_ids=None, device=None, memory_limit=None, overlap=False):
         """frame_ids: frame name -> id shared by all partitions of one graph, so frame tags (and the
         rendezvous keys made from them) agree across devices. device: a dfc.runtime.devices.Device.
-        memory_limit: a dfc.runtime.limits.MemoryLimit every kernel is checked against (or None)."""
+        memory_limit: a dfc.runtime.limits.MemoryLimit every kernel is checked against (or None).
+        overlap: the run has a kernel pool, so a frame with heavy work off its loop recurrence runs
+        unfused to overlap its iterations (dfc/runtime/overlap.py)."""
         self.graph, self.device, self.memory_limit = graph, device, memory_limit
         self.mem_accounting = device is not None and device.memory is not None
         feed_names = set(feed_names)
@@ -136,6 +138,10 @@ class Plan:
         if fuse and not self.mem_accounting:
             from dfc.runtime.fused import build_programs
             self.programs = build_programs(self)
+            if overlap and self.programs and (device is None or device.kind != "gpu"):
+                from dfc.runtime.overlap import overlapping_frames
+                for fid in overlapping_frames(self):
+                    self.programs.pop(fid, None)
 
     def _index(self, graph, wanted, feed_names, frame_ids):
         """The nodes the run needs, numbered; frames numbered (the root is 0)."""

@@ -5,7 +5,9 @@ the graph's side-effect targets, when asked) need. `mode="reference"` runs
 the reference interpreter (dfc/runtime/reference.py: the definition of the
 semantics, one thread, whole graph, devices ignored); `mode="threads"` (the
 default) the production executor: kernels on a pool of `num_threads`
-threads (0: every kernel inline), fused loops, partitions per device. Variables live in a
+threads (default: the cores this process may use, or $DFC_NUM_THREADS; 0: every
+kernel inline), fused loops (a loop with heavy work its iterations can share runs
+unfused to overlap them, dfc/runtime/overlap.py), partitions per device. Variables live in a
 resource container (dfc/runtime/containers.py), not in the session: by
 default the process's default container, shared by every graph and session,
 so state persists across runs, sessions and graphs; `container="name"` gives
@@ -49,6 +51,24 @@ def default_mode():
     return os.environ.get("DFC_EXECUTOR", "threads")
 
 
+def default_num_threads():
+    """The kernel pool's size when a Session does not give num_threads: $DFC_NUM_THREADS if set, else the
+    number of cores this process may run on (0 runs every kernel inline on the scheduler thread)."""
+    env = os.environ.get("DFC_NUM_THREADS")
+    if env is not None and env.strip():
+        try:
+            n = int(env)
+        except ValueError:
+            raise DfcError(f"DFC_NUM_THREADS must be an integer >= 0, got {env!r}") from None
+        if n < 0:
+            raise DfcError(f"DFC_NUM_THREADS must be an integer >= 0, got {env!r}")
+        return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 2
+
+
 class Session:
     def __init__(self, graph, mode=None, num_threads=None, parallel_iterations=None, printer=None,
                  fuse_loops=None, device_map=None, devices=(), default_device="cpu:0", memory_caps=None,
@@ -73,7 +93,7 @@ class Session:
         self.run_count = 0
         self._plans = {}
         self._pool = None
-        self._num_threads = min(4, os.cpu_count() or 2) if num_threads is None else int(num_threads)
+        self._num_threads = default_num_threads() if num_threads is None else int(num_threads)
         self._lock = threading.Lock()
         graph.verify()
         self.files = checkpoints.Directory(checkpoint_dir, confined=graph.from_file)
@@ -118,7 +138,8 @@ class Session:
         return p
 
     def _make_plan(self, fetches, feed_names, targets):
-        kw = dict(parallel_iterations=self.parallel_iterations, fuse=self.fuse_loops, memory_limit=self.memory_limit)
+        kw = dict(parallel_iterations=self.parallel_iterations, fuse=self.fuse_loops, memory_limit=self.memory_limit,
+                  overlap=self._num_threads > 0)
         if self.placement is None:
             return Plan(self.graph, fetches, feed_names, targets, **kw)
         from dfc.runtime import partition as pt
@@ -193,7 +214,17 @@ class Session:
         sig = self.graph.signature
         fetches = [leaf["ref"] for leaf in structure.leaves(sig.get("outputs"))]
         feeds = {i["node"] for i in sig.get("inputs", [])}
-        return describe(Plan(self.graph, fetches, feeds, tuple(sig.get("targets", [])), fuse=False))
+        plan = Plan(self.graph, fetches, feeds, tuple(sig.get("targets", [])), fuse=False,
+                    parallel_iterations=self.parallel_iterations)
+        out = describe(plan)
+        if self.fuse_loops and self._num_threads > 0:
+            from dfc.runtime.overlap import overlapping_frames
+            reasons = {}
+            overlapping_frames(plan, reasons)
+            for fid, why in reasons.items():
+                if not out.get(plan.frame_names[fid], "").startswith("# not fused"):
+                    out[plan.frame_names[fid]] = f"# not fused: {why}"
+        return out
 
     def memory_stats(self):
         """device -> {"in_use", "peak", "capacity"} for every device that accounts bytes."""
