@@ -88,6 +88,7 @@ def place(graph, devices, device_map=None, default_device="cpu:0", extra_devices
                 where[m] = d
     for name, d in explicit.items():
         where.setdefault(name, d)
+    _loop_state_follows_its_update(graph, where)
     for name, d in where.items():
         devices.get(d).check_op(graph.nodes[name])
     if len(where) < len(graph.nodes):
@@ -96,6 +97,31 @@ def place(graph, devices, device_map=None, default_device="cpu:0", extra_devices
             devices.get(d)
         _greedy(graph, devices, where, cands, default, groups)
     return where
+
+
+def _loop_state_follows_its_update(graph, where):
+    """A loop variable none of whose machinery is placed (Enter, Merge, Switch, Identity, Exit,
+    NextIteration) lives on the device of the placed node that computes its next value: state a task
+    updates stays on that task, so the loop sends it only the predicate, not the value and back."""
+    consumers = graph.consumers()
+    for n in graph.nodes.values():
+        if n.op != "NextIteration" or n.name in where:
+            continue
+        src = parse_input(n.data_inputs[0])[0] if n.data_inputs else None
+        d = where.get(src)
+        merges = [c for c, _ in consumers[n.name] if graph.nodes[c].op == "Merge"]
+        if d is None or len(merges) != 1:
+            continue
+        m = graph.nodes[merges[0]]
+        members = [n.name, m.name] + [parse_input(r)[0] for r in m.data_inputs
+                                      if graph.nodes[parse_input(r)[0]].op == "Enter"]
+        for sw, _ in consumers[m.name]:
+            if graph.nodes[sw].op == "Switch":
+                members.append(sw)
+                members += [c for c, _ in consumers[sw] if graph.nodes[c].op in ("Identity", "Exit")]
+        if all(x not in where for x in members):
+            for x in members:
+                where[x] = d
 
 
 def _colocation_groups(graph):
@@ -210,7 +236,7 @@ def _greedy(graph, devices, where, cands, default, groups):
     for n in sources:
         placed = [where[c] for c, _ in consumers[n.name] if c in where]
         ok = [d for d in placed if devices.get(d).supports(n.op)]
-        where[n.name] = ok[0] if ok else default
+        where[n.name] = ok[0] if ok else default if devices.get(default).supports(n.op) else "cpu:0"
 
 
 # ------------------------------------------------------------------------------------------ partitioning
