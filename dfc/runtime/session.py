@@ -114,7 +114,7 @@ class Session:
         if wire_compression not in (None, "bfloat16"):
             raise DfcError(f"wire_compression must be None or 'bfloat16', not {wire_compression!r}")
         self.wire_compression, self.object_store_bytes = wire_compression, object_store_bytes
-        self._wire_bytes, self._outboxes = 0, {}
+        self._wire_bytes = 0
         if mode == "reference" and cluster is not None:
             raise DfcError("the reference interpreter runs in one process; a cluster needs mode='threads'")
         if self.placement is not None and (cluster is not None or any("/" in d for d in self.placement.values())):
@@ -196,12 +196,6 @@ class Session:
             pool = None if dev.kind == "gpu" else self._get_pool()   # GPU kernels are queued on its stream
             runs[d] = Run(p, mine, self._context(dev), pool, Transport(d, rv, coord))
         return PartitionedRun(runs, plan.fetch_order).execute()
-
-    def chief_outboxes(self):
-        """task -> the Outbox that ships this session's Sends to that task (cluster runs)."""
-        from dfc.runtime.cluster.step import chief_outboxes
-        with self._lock:
-            return chief_outboxes(self.cluster, self._outboxes)
 
     def wire_stats(self):
         """Bytes this session's steps sent between the processes of its cluster (after compression)."""

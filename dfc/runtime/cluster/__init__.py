@@ -73,6 +73,7 @@ class Cluster:
         self.lock = threading.Lock()
         self.generation = {}        # task -> how many times it was (re)started
         self._tokens = []
+        self._outboxes = {}         # task -> Outbox of the chief's Sends to it (shared by every Session)
         for t in self.task_names:
             self._start(t)
         self._connect_all()
@@ -122,6 +123,18 @@ class Cluster:
                 pass
             self._start(task)
             self._connect_all()
+
+    def chief_outboxes(self):
+        """task -> the Outbox that ships the chief's Sends to that task (remade when a task restarts)."""
+        from dfc.runtime.cluster.wire import Outbox
+        with self.lock:
+            for task, h in self.handles.items():
+                box = self._outboxes.get(task)
+                if box is None or box.handle is not h:
+                    if box is not None:
+                        box.close()
+                    self._outboxes[task] = Outbox(h, task)
+            return self._outboxes
 
     def ensure_graphs(self, task, graphs):
         """Send the partition graphs (hash -> JSON text) a task does not hold yet."""

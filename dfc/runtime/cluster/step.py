@@ -84,7 +84,7 @@ class ClusterStep:
         for task, texts in p.texts.items():
             c.ensure_graphs(task, texts)
         opts = dict(p.opts, compression=self.s.wire_compression, store_bytes=self.s.object_store_bytes)
-        outboxes = self.s.chief_outboxes()
+        outboxes = c.chief_outboxes()
         self.rv = StepRendezvous(self.step, None, outboxes, self.counters, opts["compression"], opts["store_bytes"])
         self.coord = Coordinator(list(p.local), distributed=True) if p.local else None
         refs = {}
@@ -274,17 +274,6 @@ def _rebuild(task, info):
     if not (isinstance(cls, type) and issubclass(cls, DfcError)):
         cls = DfcRuntimeError
     return cls(f"on task {task}: {info.get('message')}", node=info.get("node"), loc=info.get("loc"))
-
-
-def chief_outboxes(cluster, cache):
-    """task -> Outbox from the chief, remade when a task was restarted."""
-    for task, h in cluster.handles.items():
-        box = cache.get(task)
-        if box is None or box.handle is not h:
-            if box is not None:
-                box.close()
-            cache[task] = Outbox(h, task)
-    return cache
 
 
 def check_tasks(cluster, placement):
