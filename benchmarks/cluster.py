@@ -10,7 +10,9 @@
    Beside it, the same loops on devices of one process (cpu:N).
 2. Figure 12 across processes: a loop whose body is a chain of matmuls split over 2 tasks;
    iterations/s for parallel_iterations 1..32 (pipelining across processes).
-3. Transfer: time to move an array between two tasks inline in the actor call vs through Ray's
+3. The MoE sample's training step (samples/moe.py) with its four experts on four tasks vs on four
+   devices of one process: time per step and bytes moved between processes (plain and bfloat16).
+4. Transfer: time to move an array between two tasks inline in the actor call vs through Ray's
    object store, by size (the threshold Session(object_store_bytes=) uses).
 
 Each figure is the median of --reps runs (after a warm-up run), with the spread (min-max).
@@ -139,11 +141,43 @@ def transfer(cluster, reps):
     return rows
 
 
+def moe(cluster, reps, steps):
+    """samples/moe.py's in-graph training loop, experts on cpu:1..4 of one process vs on worker:0..3."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "moe_sample", os.path.join(os.path.dirname(__file__), "..", "samples", "moe.py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    g = m.train.trace(*m.train.input_signature)
+    xs, ys = m.make_batch(64)
+    dmap = {f"cpu:{k + 1}": f"worker:{k}/cpu:0" for k in range(m.EXPERTS)}
+    rows = []
+    for name, make in (("one process (cpu:0..4)", lambda: dfc.Session(g)),
+                       ("experts on 4 tasks", lambda: dfc.Session(g, cluster=cluster, device_map=dmap)),
+                       ("experts on 4 tasks, bfloat16 wire", lambda: dfc.Session(
+                           g, cluster=cluster, device_map=dmap, wire_compression="bfloat16"))):
+        s = make()
+        s.call(xs, ys, np.int64(1))
+        b0 = s.wire_stats()["bytes_sent"] if s.cluster is not None else 0
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            s.call(xs, ys, np.int64(steps))
+            ts.append((time.perf_counter() - t0) / steps)
+        moved = (s.wire_stats()["bytes_sent"] - b0) / (reps * steps) if s.cluster is not None else 0
+        row = {"where": name, "ms_per_step": {"median": 1e3 * statistics.median(ts), "min": 1e3 * min(ts),
+                                              "max": 1e3 * max(ts)},
+               "bytes_between_processes_per_step": moved}
+        rows.append(row)
+        print(json.dumps(row))
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", default="fig11,fig12,transfer")
+    p.add_argument("--only", default="fig11,fig12,transfer,moe")
     a = p.parse_args(argv)
     iters = 500 if a.quick else 3000
     c = dfc.cluster.connect(tasks={"worker": 4}, log_to_driver=False)
@@ -156,6 +190,8 @@ def main(argv=None):
             out["figure11"] = figure11(c, a.reps, iters)
         if "fig12" in a.only:
             out["figure12"] = figure12(c, a.reps, 30 if a.quick else 100)
+        if "moe" in a.only:
+            out["moe"] = moe(c, a.reps, 5 if a.quick else 20)
         if "transfer" in a.only:
             out["transfer"] = transfer(c, a.reps)
     finally:
