@@ -131,7 +131,7 @@ def collatz_steps(x, n):
             n = 3 * n + 1
         steps += 1
         trail.append(x * steps)
-    print("steps:", steps, "last:", n)
+    dfc.print("steps:", steps, "last:", n)
     return {"steps": steps, "n": n, "trail": dfc.stack(trail), "pair": (x, 2.5)}
 
 
