@@ -6,7 +6,7 @@ branches), one Merge per output. while_loop: Figure 4 for each loop variable
 Switch -> Exit), a LoopCond on the predicate, and a constant Enter for each
 captured tensor.
 """
-from dfc import nest
+from dfc import config, nest
 from dfc.errors import DfcError, DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.ir.dtypes import TType
@@ -226,7 +226,7 @@ def _unify_pair(b, tctx, tv, fctx, fv, label, cname, loc):
         tv, fv = _const_in(b, tctx, tv, d), _cast_in(b, fctx, fv, d)
     elif not tt and not ft:
         if is_weak(tv) and is_weak(fv):
-            d = "float32" if float in (type(tv), type(fv)) else \
+            d = config.default_float() if float in (type(tv), type(fv)) else \
                 "int64" if int in (type(tv), type(fv)) else "bool"
         else:
             d = dt.promote(const_array(tv).dtype.name, const_array(fv).dtype.name)

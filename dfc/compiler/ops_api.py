@@ -3,6 +3,7 @@ import builtins
 
 import numpy as np
 
+from dfc import config
 from dfc.errors import DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.compiler.tracing import Tensor, convert, current_builder, is_weak, const_array, user_location
@@ -72,7 +73,7 @@ def _meet(t, v):
 def _weak_pair(t, v):
     """A weak tensor meets a Python scalar: stays weak; a float scalar makes an int one float."""
     if isinstance(v, float) and t.dtype not in dt.FLOATS:
-        return "float32"
+        return config.default_float()
     return t.dtype
 
 
@@ -117,7 +118,7 @@ def _unary(op, float_only=False):
     def fn(x, name=None):
         x = convert(x)
         if float_only and x.dtype not in dt.FLOATS:
-            x = cast(x, "float64" if x.dtype in dt.INTS else "float32")
+            x = cast(x, "float64" if x.dtype in dt.INTS else config.default_float())
         return _b().make1(op, (x,))
     fn.__name__ = op.lower()
     return fn
@@ -292,12 +293,14 @@ def fill(dims, value, dtype=None):
     return _b().make1("Fill", (_shape_arg(dims), v))
 
 
-def zeros(shape, dtype="float32"):
-    return fill(shape, np.zeros((), dt.as_dtype(dtype)))
+def zeros(shape, dtype=None):
+    """numpy.zeros; without dtype the default float (float32 unless dfc.config.set_default_float)."""
+    return fill(shape, np.zeros((), dt.as_dtype(dtype or config.default_float())))
 
 
-def ones(shape, dtype="float32"):
-    return fill(shape, np.ones((), dt.as_dtype(dtype)))
+def ones(shape, dtype=None):
+    """numpy.ones; without dtype the default float (float32 unless dfc.config.set_default_float)."""
+    return fill(shape, np.ones((), dt.as_dtype(dtype or config.default_float())))
 
 
 def zeros_like(x, dtype=None):
@@ -325,7 +328,7 @@ def range(start, limit=None, delta=1, dtype=None):
         d = d if dtype else dt.promote(d, t.dtype)
     if d == "float64" and not builtins.any(isinstance(v, Tensor) and v.dtype == "float64" for v in vals) \
             and not dtype and builtins.all(is_weak(v) or isinstance(v, Tensor) for v in vals):
-        d = "float32"
+        d = config.default_float()
     return _b().make1("Range", tuple(_as(v, d) for v in vals))
 
 
@@ -339,20 +342,23 @@ def log_softmax(x, axis=-1):
 
 def _unary_float(x):
     x = convert(x)
-    return x if x.dtype in dt.FLOATS else cast(x, "float32")
+    return x if x.dtype in dt.FLOATS else cast(x, config.default_float())
 
 
-def one_hot(indices, depth, on_value=1.0, off_value=0.0, dtype="float32"):
+def one_hot(indices, depth, on_value=1.0, off_value=0.0, dtype=None):
+    dtype = dtype or config.default_float()
     return _b().make1("OneHot", (convert(indices),), {"depth": int(depth), "dtype": dt.as_dtype(dtype),
                                                        "on": float(on_value), "off": float(off_value)})
 
 
-def random_uniform(shape, minval=0.0, maxval=1.0, dtype="float32", seed=0):
+def random_uniform(shape, minval=0.0, maxval=1.0, dtype=None, seed=0):
+    dtype = dtype or config.default_float()
     return _b().make1("RandomUniform", (_shape_arg(shape),), {"dtype": dt.as_dtype(dtype), "seed": int(seed),
                                                               "a": float(minval), "b": float(maxval)})
 
 
-def random_normal(shape, mean=0.0, stddev=1.0, dtype="float32", seed=0):
+def random_normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=0):
+    dtype = dtype or config.default_float()
     return _b().make1("RandomNormal", (_shape_arg(shape),), {"dtype": dt.as_dtype(dtype), "seed": int(seed),
                                                              "a": float(mean), "b": float(stddev)})
 

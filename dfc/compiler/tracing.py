@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from dfc import nest
+from dfc import config, nest
 from dfc.errors import DfcError, DfcTypeError, DfcInputError
 from dfc.ir import dtypes as dt
 from dfc.ir import ops as opreg
@@ -396,7 +396,7 @@ def const_array(x, dtype=None):
     elif isinstance(x, int):
         return np.asarray(x, np.int64)
     elif isinstance(x, float):
-        return np.asarray(x, np.float32)
+        return np.asarray(x, config.default_float())
     try:
         a = np.asarray(x)
     except Exception as e:   # noqa: BLE001
@@ -404,7 +404,7 @@ def const_array(x, dtype=None):
     if a.dtype.kind == "f" and a.dtype.name not in dt.ALL:
         a = a.astype(np.float32)
     elif a.dtype == np.float64 and not isinstance(x, np.ndarray) and not isinstance(x, np.generic):
-        a = a.astype(np.float32)     # Python floats in a list: weak float -> float32
+        a = a.astype(config.default_float())     # Python floats in a list: weak float -> the default float
     elif a.dtype.kind in "iu" and a.dtype.name not in dt.ALL:
         a = a.astype(np.int64)
     if a.dtype.name not in dt.ALL:

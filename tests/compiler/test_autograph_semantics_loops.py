@@ -572,8 +572,8 @@ def test_item_assignment_to_a_tensor_is_an_error():
 
 def test_unknown_tensor_attribute_is_an_error_and_an_attribute_error():
     def f(x):
-        return x.cumsum()  # MARK
-    msg = expect(AttributeError, f, (np.ones(3, f32),), "# MARK", "'cumsum'")
+        return x.nonzero()  # MARK
+    msg = expect(AttributeError, f, (np.ones(3, f32),), "# MARK", "'nonzero'")
     assert "symbolic tensor" in msg
     with pytest.raises(dfc.DfcError):
         function(f)(np.ones(3, f32))

@@ -262,3 +262,50 @@ def test_bad_arguments_are_dfc_errors():
                     (lambda t: dfc.take_along_axis(t, t, 0), "integers"), (lambda t: dfc.einsum("ij->k", t), "no input")]:
         with pytest.raises(dfc.DfcError, match=msg):
             dfc.trace(fn, spec)
+
+
+# ------------------------------------------------------------------ float64 by default, eager use
+
+
+@pytest.fixture
+def float64_default():
+    dfc.config.set_default_float("float64")
+    yield
+    dfc.config.set_default_float("float32")
+
+
+def test_default_float_float64(float64_default):
+    @dfc.function
+    def f(x, n):
+        s = 0.0
+        for i in range(n):
+            s += 0.5
+        return (s, dfc.constant(1.5), dfc.zeros([2]), dfc.ones(2), dfc.full([1], 2.5), dfc.linspace(0, 1, 3),
+                dfc.arange(0.5, 2.0), dfc.constant([1.0, 2.0]), x + 1.5, dfc.softmax(dfc.constant([1, 2])),
+                dfc.random_normal([2]), dfc.one_hot(dfc.constant([0]), 2), dfc.cond(n > 0, lambda: 1.0, lambda: 2.0))
+
+    out = f(np.float32(1.0), np.int64(3))
+    assert [o.dtype.name for o in out] == ["float64"] * 8 + ["float32"] + ["float64"] * 4
+    assert out[0] == 1.5 and np.allclose(out[5], np.linspace(0, 1, 3))
+    assert dfc.zeros([2], dtype="float32").dtype == np.float32     # an explicit dtype is kept
+    with pytest.raises(dfc.DfcError, match="use 'float32' or 'float64'"):
+        dfc.config.set_default_float("int32")
+
+
+def test_default_float_from_the_environment():
+    import subprocess
+    import sys
+    code = "import dfc; print(dfc.config.default_float(), dfc.constant(0.5).dtype, dfc.zeros(2).dtype)"
+    env = dict(__import__("os").environ, DFC_DEFAULT_FLOAT="float64")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["float64", "float64", "float64"]
+
+
+def test_outside_a_graph_the_functions_compute_at_once():
+    x = data((3, 4))
+    same(dfc.sort(x, 0), np.sort(x, 0))
+    same(dfc.top_k(x, 2)[1], np.argsort(-x, -1, kind="stable")[:, :2])
+    same(dfc.einsum("ij->j", x), x.sum(0), exact=False)
+    same(dfc.linalg.norm(x, 1), np.linalg.norm(x, 1), exact=False)
+    same(dfc.roll(x, 2), np.roll(x, 2))
+    same(dfc.pad(x, 1), np.pad(x, 1))

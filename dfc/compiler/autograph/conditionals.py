@@ -1,6 +1,7 @@
 """if_stmt and if_exp: Python `if` on Python values, dfc.cond on tensors."""
 import numpy as np
 
+from dfc import config
 from dfc.errors import DfcError
 from dfc.ir import dtypes
 from dfc.compiler import control_flow, ops_api
@@ -175,7 +176,7 @@ def _typing(x):
     if isinstance(x, int):
         return "int64", "python"
     if isinstance(x, float):
-        return "float32", "python"
+        return config.default_float(), "python"
     return None
 
 
