@@ -97,18 +97,26 @@ def outside_graph():
     return tracing.current_builder(required=False) is None
 
 
+_NAMES = {np.dtype(n): n for n in dt.ALL}     # numpy dtype -> dfc name (dtype.name is slow)
+
+
 def lift(x):
     """Outside a graph a numpy value plays the part of a tensor (strongly typed, like a graph
     input); anything else is returned as it is."""
     if is_value(x) and outside_graph():
-        return EagerTensor(const_array(x))
+        return EagerTensor(x if x.dtype in _NAMES else const_array(x))
     return x
 
 
 def constant(x, dtype=None):
     """convert() outside a graph: an EagerTensor of x (Python scalars typed as in a graph)."""
     if isinstance(x, Tensor):
+        if dtype is not None and dt.as_dtype(dtype) != x.dtype:
+            from dfc.compiler.ops_api import cast
+            return EagerTensor(cast(x, dtype))
         return x
+    if dtype is None and isinstance(x, np.ndarray) and x.dtype in _NAMES:
+        return EagerTensor(x)
     if isinstance(x, (list, tuple)) and any(isinstance(v, Tensor) or is_value(v) for v in nest.flatten(x)):
         from dfc.compiler.ops_api import stack
         return EagerTensor(stack([tracing.convert(v, dtype) for v in x]))
@@ -154,7 +162,8 @@ class EagerTensor(Tensor):
 
     def __init__(self, value):
         value = np.asarray(value)
-        super().__init__(BUILDER, "eager", 0, TType(value.dtype.name, value.shape, value), None)
+        name = _NAMES.get(value.dtype) or value.dtype.name
+        super().__init__(BUILDER, "eager", 0, TType(name, value.shape, value), None)
         self.value = value
 
     def numpy(self):

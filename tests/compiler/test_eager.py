@@ -98,6 +98,16 @@ def test_op_results_are_numpy_arrays_even_for_scalars():
     np.testing.assert_allclose(dfc.reduce_sum(M, axis=0), M.sum(axis=0))
 
 
+def test_eager_tensors_inside_the_op_functions_behave_like_their_values():
+    from dfc.compiler.tracing import convert
+    t = convert(np.float32(1.5))                 # what the op functions see for a numpy value
+    assert isinstance(t, dfc.Tensor) and t.dtype == "float32" and not t.weak
+    assert convert(t, "float64").dtype == "float64" and convert(3).dtype == "int64"
+    assert bool(t) and float(t) == 1.5 and np.tanh(t) == np.tanh(np.float32(1.5)) and str(t) == "1.5"
+    assert type(t + 1) is np.ndarray and (t + 1).dtype == np.float32       # its operators are ops
+    assert int(convert(np.int32(4))) == 4 and list(range(convert(np.int64(2)))) == [0, 1]
+
+
 def test_random_ops_outside_a_graph_draw_fresh_values():
     a, b = dfc.random_uniform([1000], 2.0, 3.0), dfc.random_uniform([1000], 2.0, 3.0)
     assert a.dtype == np.float32 and a.shape == (1000,)
