@@ -44,6 +44,7 @@ _LAZY.update({
     "cluster": ("dfc.runtime.cluster", None),
     "DfcTraceTimeRandomWarning": ("dfc.compiler.autograph.errors", "DfcTraceTimeRandomWarning"),
     "Checkpoint": ("dfc.compiler.checkpoint", "Checkpoint"),
+    "progress": ("dfc.compiler.progress", "progress"), "summary": ("dfc.compiler.summary", None),
 })
 # numpy-style aliases
 _ALIASES = {"sum": "reduce_sum", "mean": "reduce_mean", "max": "reduce_max", "min": "reduce_min",

@@ -130,7 +130,14 @@ _JSON_HELP = ('Print {"outputs": [...]}: outputs flattened depth-first, each a (
               help="Stop with an out-of-memory error when the run holds more than SIZE bytes of tensors: "
                    "bytes or a number with KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024), "
                    "e.g. 2GB.")
-def run_cmd(graph_file, inputs, out_path, as_json, mode, device_map, checkpoint_dir, memory_limit):
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, metavar="OUT.json",
+              help="Write a timeline of the run as a Chrome trace-event file (open it in ui.perfetto.dev or "
+                   "chrome://tracing): a lane per device, a span per kernel, Send/Recv and swapping lanes.")
+@click.option("--progress/--no-progress", "progress", default=None,
+              help="Draw the bars of the graph's dfc.progress ops on stderr (default: only when stderr is a "
+                   "terminal).")
+def run_cmd(graph_file, inputs, out_path, as_json, mode, device_map, checkpoint_dir, memory_limit, trace_path,
+            progress):
     """Run a graph saved by `dfc compile` (or dfc.save)."""
     import numpy as np
     from dfc.ir.serialize import load
@@ -141,7 +148,8 @@ def run_cmd(graph_file, inputs, out_path, as_json, mode, device_map, checkpoint_
         _check_output_path(out_path)
     g = load(graph_file)
     limits = {} if memory_limit is None else {"memory_limit": memory_limit}
-    session = Session(g, mode=mode, device_map=dmap, checkpoint_dir=checkpoint_dir, **limits)
+    session = Session(g, mode=mode, device_map=dmap, checkpoint_dir=checkpoint_dir, trace=trace_path,
+                      progress=progress, **limits)
     flat = [np.asarray(v) for v in session.call_flat(**feeds)]
     if out_path:
         _write_npz(out_path, {f"output_{k}": v for k, v in enumerate(flat)})

@@ -26,7 +26,7 @@ _local = threading.local()
 
 # Ops whose order is the program order (automatic control dependencies).
 EFFECT_OPS = frozenset({"Print", "Assert", "Assign", "AssignAdd", "AssignSub", "ReadVariable", "Save",
-                        "Restore"})
+                        "Restore", "Progress", "SummaryScalar", "SummaryHistogram"})
 
 
 def user_location(skip_dfc=True):

@@ -1079,3 +1079,45 @@ register("LogMatrixDeterminant", ("x",), 2, {}, _det_infer("LogMatrixDeterminant
 register("Qr", ("x",), 2, {"full_matrices": ("bool", False)}, _qr_infer, heavy=True)
 # Eigenvalues (ascending) and eigenvectors (columns) of a symmetric matrix given by its lower triangle.
 register("SelfAdjointEig", ("x",), 2, {}, _eigh_infer, heavy=True)
+
+# ---------------------------------------------------------------- progress bars and summaries (issue 15 item 6)
+# Side effects in program order, like Print. Progress(step, total, *metrics) updates the progress bar
+# `name` (metrics: the names of the metric inputs) and has no outputs. SummaryScalar(step, value) and
+# SummaryHistogram(step, values) write TensorBoard events under `tag` to the run's summary writer and
+# output True when a writer took the value (False when no writer is set, as tf.summary returns).
+
+
+def _scalar_input(op, t, what, allowed=dt.NUMERIC + ("bool",)):
+    _require(op, t, allowed, what)
+    if t.shape not in (None, ()):
+        raise DfcTypeError(f"{op} {what} must be a scalar, got shape {dt.format_shape(t.shape)}")
+
+
+def _progress_infer(attrs, ins):
+    names = attrs["metrics"]
+    if len(names) != len(ins) - 2:
+        raise DfcTypeError(f"Progress names {len(names)} metrics but has {len(ins) - 2} metric inputs")
+    _scalar_input("Progress", ins[0], "step", dt.NUMERIC)
+    _scalar_input("Progress", ins[1], "total", dt.NUMERIC)
+    for n, t in zip(names, ins[2:]):
+        _scalar_input("Progress", t, f"metric {n!r}")
+    return []
+
+
+def _summary_infer(op, scalar):
+    def infer(attrs, ins):
+        _scalar_input(op, ins[0], "step", dt.INTS)
+        if scalar:
+            _scalar_input(op, ins[1], "value")
+        else:
+            _require(op, ins[1], dt.NUMERIC + ("bool",), "values")
+        return [TType("bool", ())]
+    return infer
+
+
+register("Progress", ("step", "total", "*metrics"), 0, {"name": ("str", "progress"), "metrics": ("strs", [])},
+         _progress_infer, stateful=True)
+register("SummaryScalar", ("step", "value"), 1, {"tag": ("str", REQUIRED)}, _summary_infer("SummaryScalar", True),
+         stateful=True)
+register("SummaryHistogram", ("step", "values"), 1, {"tag": ("str", REQUIRED)},
+         _summary_infer("SummaryHistogram", False), stateful=True)

@@ -30,7 +30,7 @@ NUM_CPUS = 8
 NUM_ACCELS = 8
 DEFAULT_ACCEL_CAPACITY = 256 << 20
 # Ops whose kernels exist only on the host (they talk to files or stdout).
-HOST_ONLY_OPS = frozenset({"Print", "Save", "Restore"})
+HOST_ONLY_OPS = frozenset({"Print", "Save", "Restore", "Progress", "SummaryScalar", "SummaryHistogram"})
 
 _NAME = re.compile(r"^/?(?:device:)?([A-Za-z]+)(?::(\d+))?$")
 # A task prefix: "worker:1/", or TensorFlow's "/job:worker/task:1/" ("/job:worker/" alone is task 0).

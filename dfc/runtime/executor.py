@@ -73,9 +73,13 @@ class KernelContext:
     their own kernels (kernel_for(node, xp, ctx.memory_limit));
     abort: in a partition, a callable that raises Aborted once the run must stop (another partition
     failed, or the caller was interrupted); long fused loops call it now and then.
+    trace: a dfc.runtime.trace.Trace recording the run (None: no tracing, kernels run unwrapped);
+    summary: the dfc.runtime.kernels.summary_kernels.FileWriter summary ops write to (or None);
+    progress: the progress display progress ops update (or None: bars are off).
     """
     __slots__ = ("container", "run_count", "tag", "print", "memory", "swapper", "device", "files", "memory_limit",
-                 "abort", "__weakref__")     # a MemoryLimit counts a run's stack entries until its context is gone
+                 "abort", "trace", "summary", "progress",
+                 "__weakref__")     # a MemoryLimit counts a run's stack entries until its context is gone
 
     def __init__(self, container=None, run_count=0, printer=print, memory=None, swapper=None, device=None,
                  files=None, memory_limit=None):
@@ -85,6 +89,7 @@ class KernelContext:
         self.memory, self.swapper, self.device = memory, swapper, device
         self.memory_limit = memory_limit
         self.abort = None
+        self.trace = self.summary = self.progress = None
 
 
 class Transport:
@@ -280,6 +285,9 @@ class Run:
         for name, value in feeds.items():
             if name in plan.feed_index:
                 self.kern[plan.feed_index[name]] = (lambda v: lambda c, a: (v,))(value)
+        self.trace = ctx.trace
+        if self.trace is not None:      # only when tracing: every kernel call becomes a span
+            self.trace.instrument(self)
 
     def execute(self):
         """Run to completion; return the fetched values (those of this partition)."""
@@ -359,9 +367,11 @@ class Run:
         else:
             put = (lambda name: lambda item: transport.coord.post_kernel(name, item))(transport.name)
 
+        traced = self.trace is not None
+
         def task(i, it, args):
             try:
-                put((i, it, kern[i](ctx, args), None, args))
+                put((i, it, kern[i](ctx, args, it.tag) if traced else kern[i](ctx, args), None, args))
             except Exception as e:   # noqa: BLE001
                 put((i, it, None, e, args))
 
@@ -439,10 +449,13 @@ class Run:
         coord, name = t.coord, t.name
 
         limit = self.p.memory_limit
+        trace, start = self.trace, self.trace.now() if self.trace is not None else None
 
         def deliver(v):
             if limit is not None:
                 limit.drop_entry(v, coord, SEND_BYTES)
+            if trace is not None:
+                trace.transfer(self, i, it.tag, start, "recv")
             coord.post(name, (i, it, None if v is DEAD else (v,), None, None))
         try:
             t.rendezvous.recv(self.p.xfer[i] + (it.tag,), deliver)
@@ -456,10 +469,13 @@ class Run:
         v = DEAD if st.dead else (st.args[0] if st.args else TOKEN)
         if self.p.memory_limit is not None:     # held by the rendezvous until its Recv takes it
             self.p.memory_limit.add_entry(v, t.coord, self.p.nodes[i].name, "Send", SEND_BYTES)
+        start = self.trace.now() if self.trace is not None else None
         try:
             t.rendezvous.send(self.p.xfer[i] + (it.tag,), v)
         except RuntimeError as e:
             raise DfcRuntimeError(str(e), node=self.p.nodes[i].name) from None
+        if start is not None:
+            self.trace.transfer(self, i, it.tag, start, "send")
 
     # -------------------------------------------------------------- memory accounting
     def _acquire_outputs(self, i, it, outs):
@@ -640,7 +656,8 @@ class Run:
         if loop_dead:
             exits = [DEAD] * len(prog.exits)
         else:
-            exits = prog.fn(self.ctx, self.kern, vals, it.tag)
+            fn = prog.fn if self.trace is None else self.trace.fused(self, prog)
+            exits = fn(self.ctx, self.kern, vals, it.tag)
         for e, x in zip(prog.exits, exits):
             self._propagate(e, it, None if x is DEAD else (x,), ready)
         it.outstanding -= 1     # the caller's own decrement follows; the iteration stays alive until then

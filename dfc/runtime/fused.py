@@ -49,8 +49,11 @@ class FrameAnalysis:
 class FrameProgram:
     """The generated function of one loop frame (and the frames nested in it)."""
 
-    def __init__(self, plan, fid, index=None):
-        self.plan, self.fid = plan, fid
+    def __init__(self, plan, fid, index=None, traced=False):
+        """traced: the build a Trace runs (dfc/runtime/trace.py): ctx.tag set every iteration and every
+        kernel called through `kern` (no direct calls or in-place adds), so each call can be a span."""
+        self.plan, self.fid, self.traced = plan, fid, traced
+        self._traced_fn = None
         self.index = index or FrameIndex(plan)
         self.enters = self.index.enters[fid]
         self.enter_pos = {e: k for k, e in enumerate(self.enters)}
@@ -65,6 +68,12 @@ class FrameProgram:
         env.update(self.helpers)
         exec(compile(src, f"<dfc fused frame {plan.frame_names[fid]}>", "exec"), env)   # noqa: S102
         self.fn = env["run"]
+
+    def traced_fn(self):
+        """The frame's function built for tracing (see `traced`), made on first use."""
+        if self._traced_fn is None:
+            self._traced_fn = FrameProgram(self.plan, self.fid, self.index, traced=True).fn
+        return self._traced_fn
 
     # ------------------------------------------------------------------ analysis
     def _members(self, fid):
@@ -182,7 +191,7 @@ class FrameProgram:
         w("        k = 0")
         w("        while True:")
         w(f"            _t = tag + ({a.fid}, k)")
-        if a.tagged:
+        if a.tagged or self.traced:
             w("            ctx.tag = _t")
         ind = "            "
         for it in a.order:
@@ -293,7 +302,7 @@ class FrameProgram:
         dead_ctrl = [c for c in ctrls if c is not None]
         checks = [a for a in args + dead_ctrl]
         maybe = it in a.maybe_dead and checks
-        if i in a.inplace and not maybe:
+        if i in a.inplace and not maybe and not self.traced:
             m, slot = a.inplace[i]
             acc, x = args[slot], args[1 - slot]
             self.helpers["_ndarray"], self.helpers["_add"] = np.ndarray, np.add
@@ -307,7 +316,7 @@ class FrameProgram:
         call = f"kern[{i}](ctx, ({', '.join(args)}{',' if len(args) == 1 else ''}))"
         target = ", ".join(outs) + "," if nout else "_o"
         op = p.nodes[i].op
-        direct = getattr(p.kern[i], "direct", None)
+        direct = None if self.traced else getattr(p.kern[i], "direct", None)
         if op == "Const":                        # a constant: computed once, outside the loop
             self.helpers[f"c{i}"] = p.kern[i](None, ())[0]
             call, target = f"c{i}", outs[0]

@@ -20,6 +20,7 @@ import weakref
 
 from dfc.errors import DfcRuntimeError
 from dfc.runtime.devices import is_array
+from dfc.runtime.trace import swap_span
 
 
 class HostCopy:
@@ -54,6 +55,7 @@ class Swapper:
         self.stats = {"swapped_out": 0, "bytes_out": 0, "swapped_in": 0, "prefetched": 0, "reused": 0,
                       "cancelled": 0}
         self.mem.pressure = self.wait_for_copies
+        self.trace = None     # a dfc.runtime.trace.Trace: copies become spans on the device's swap lanes
 
     def _queue(self, which):
         q = getattr(self, which)
@@ -103,7 +105,10 @@ class Swapper:
                     self.cond.wait()
                 state = e.state
             if state == OUT:
+                start = self.trace.now() if self.trace is not None else None
                 v = self.device.copy_from_host(e.host.value)
+                if start is not None:
+                    swap_span(self.trace, self.device.name, "swap in", start, e.nbytes, node)
                 self.mem.acquire(v, 1, node)
                 e.value, e.state = v, IN
                 self.stats["swapped_in"] += 1
@@ -141,7 +146,10 @@ class Swapper:
                 e.state = COPYING
             hc = e.host
             if hc.value is None:
+                start = self.trace.now() if self.trace is not None else None
                 hc.value = self.device.copy_to_host(e.value, e.event)
+                if start is not None:
+                    swap_span(self.trace, self.device.name, "swap out", start, e.nbytes)
                 self.stats["swapped_out"] += 1
                 self.stats["bytes_out"] += e.nbytes
             self.mem.release(e.value)
@@ -158,7 +166,10 @@ class Swapper:
             if isinstance(e, threading.Event):
                 e.set()
                 continue
+            start = self.trace.now() if self.trace is not None else None
             v = self.device.copy_from_host(e.host.value)
+            if start is not None:
+                swap_span(self.trace, self.device.name, "prefetch", start, e.nbytes)
             try:
                 self.mem.acquire(v, 1)
             except DfcRuntimeError:       # no room after all: the pop copies it in itself

@@ -25,7 +25,17 @@ A graph on one device runs on one executor; otherwise it is partitioned and
 each device's partition runs on its own thread, talking through Send/Recv.
 `memory_caps` sets accelerator capacities; `memory_stats()` and
 `peak_bytes()` report bytes per device; swap_* options control §5.3 swapping.
+
+Observing runs: `trace="run.json"` records a Chrome trace-event timeline
+(dfc/runtime/trace.py) and rewrites the file after every run with all the
+runs so far; `summary_dir` is where summary ops write TensorBoard events
+(default: the calling thread's `dfc.summary.create_file_writer(...)
+.as_default()`, else $DFC_SUMMARY_DIR, else nowhere;
+dfc/runtime/kernels/summary_kernels.py); `progress` turns the bars of
+progress ops on (True), off (False) or on only when stderr is a terminal
+(None; dfc/runtime/kernels/progress_kernels.py).
 """
+import contextlib
 import os
 import threading
 import weakref
@@ -74,7 +84,8 @@ class Session:
                  fuse_loops=None, device_map=None, devices=(), default_device="cpu:0", memory_caps=None,
                  track_memory=False, swap_memory=False, swap_threshold=0.5, swap_min_bytes=4096,
                  swap_prefetch=2, container=None, checkpoint_dir=None, memory_limit=None, cluster=None,
-                 wire_compression=None, object_store_bytes=OBJECT_STORE_BYTES):
+                 wire_compression=None, object_store_bytes=OBJECT_STORE_BYTES, trace=None, summary_dir=None,
+                 progress=None):
         mode = mode or default_mode()
         if mode not in MODES:
             raise DfcError(f"unknown executor mode {mode!r} (use one of {', '.join(MODES)})")
@@ -91,6 +102,12 @@ class Session:
         # Bytes (int, or "2GB" / "512MiB") the kernels may hold at once; past it, DfcOutOfMemory.
         self.memory_limit = MemoryLimit.of(memory_limit)
         self.run_count = 0
+        self.trace_path, self.trace = _trace_file(trace), None
+        if self.trace_path is not None:
+            from dfc.runtime.trace import Trace
+            self.trace = Trace()
+        self.summary_dir, self.progress = summary_dir, progress
+        self._summary = self._progress = None     # this run's summary writer and progress display
         self._plans = {}
         self._pool = None
         self._num_threads = default_num_threads() if num_threads is None else int(num_threads)
@@ -163,13 +180,36 @@ class Session:
         if sw is None:
             from dfc.runtime.memory import Swapper
             sw = self._swappers[device.name] = Swapper(device, **self.swap_options)
+            sw.trace = self.trace
         return sw
 
     def _context(self, device=None):
         mem = device.memory if device is not None else None
-        return KernelContext(self._container, self.run_count, self.printer, memory=mem,
-                             swapper=self._swapper(device) if mem is not None else None, device=device,
-                             files=self.files, memory_limit=self.memory_limit)
+        ctx = KernelContext(self._container, self.run_count, self.printer, memory=mem,
+                            swapper=self._swapper(device) if mem is not None else None, device=device,
+                            files=self.files, memory_limit=self.memory_limit)
+        ctx.trace, ctx.summary, ctx.progress = self.trace, self._summary, self._progress
+        return ctx
+
+    @contextlib.contextmanager
+    def _observed(self):
+        """One run, observed: its summary writer and progress display are chosen as it starts (in the
+        caller's thread); after it, summaries are flushed, the bars settle and the trace file is written."""
+        from dfc.runtime.kernels import progress_kernels, summary_kernels
+        self._summary = summary_kernels.writer_for_run(self.summary_dir)
+        self._progress = progress_kernels.display_for_run(self.progress)
+        start = self.trace.now() if self.trace is not None else None
+        try:
+            yield
+        finally:
+            if self._summary is not None:
+                self._summary.flush()
+            if self._progress is not None:
+                self._progress.end_run()
+            if start is not None:
+                self.trace.span(None, "runs", f"run {self.run_count}", start, self.trace.now(), "run",
+                                {"mode": self.mode})
+                self.trace.write(self.trace_path)
 
     def _container(self, name):
         return containers.get(name or self.container)
@@ -249,7 +289,8 @@ class Session:
         if self.mode == "reference":
             with self._lock:
                 self.run_count += 1
-                values = reference.run(self.graph, flat, feeds, tuple(targets), self._context(None))
+                with self._observed():
+                    values = reference.run(self.graph, flat, feeds, tuple(targets), self._context(None))
             check_fetches(self.graph, flat, values)
             return nest.pack_sequence_as(fetches, [_to_numpy(v) for v in values])
         plan = self.plan(flat, feeds.keys(), tuple(targets))
@@ -261,14 +302,15 @@ class Session:
             return nest.pack_sequence_as(fetches, [_to_numpy(v) for v in values])
         with self._lock:
             self.run_count += 1
-            try:
-                values = self._execute(plan, feeds)
-            finally:
-                for sw in self._swappers.values():
-                    sw.end_run()
-                for d in self.devices.devices.values():
-                    if d.memory is not None:
-                        d.memory.end_run()
+            with self._observed():
+                try:
+                    values = self._execute(plan, feeds)
+                finally:
+                    for sw in self._swappers.values():
+                        sw.end_run()
+                    for d in self.devices.devices.values():
+                        if d.memory is not None:
+                            d.memory.end_run()
         return nest.pack_sequence_as(fetches, [_to_numpy(v) for v in values])
 
     def _feed_name(self, key):
@@ -329,6 +371,19 @@ def session_for(graph):
             if s is None or (cluster is not None and s.cluster is not cluster):
                 s = by[key] = Session(graph, cluster=cluster)
     return s
+
+
+def _trace_file(path):
+    """The trace file a Session writes (None: no tracing); its directory must exist."""
+    if path is None:
+        return None
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise DfcError(f"trace must be a file path, got {path!r}")
+    path = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise DfcError(f"cannot write the trace file {path!r}: directory {parent!r} does not exist")
+    return path
 
 
 def _to_numpy(v):

@@ -9,6 +9,7 @@ Send, Recv) have no kernel.
 from dfc.runtime.kernels.registry import KERNELS, kernel_for
 from dfc.runtime.kernels import math_kernels, array_kernels, state_kernels  # noqa: F401
 from dfc.runtime.kernels import grad_kernels  # noqa: F401
+from dfc.runtime.kernels import progress_kernels, summary_kernels  # noqa: F401
 from dfc.runtime.kernels import numpy_kernels, linalg_kernels  # noqa: F401
 
 __all__ = ["KERNELS", "kernel_for"]
