@@ -3,7 +3,7 @@ from dfc.compiler.tracing import convert, current_builder
 from dfc.errors import DfcTypeError
 
 
-def progress(step, total, name="progress", **metrics):
+def progress(step, total, /, name="progress", **metrics):
     """Show bar `name` at `step` of `total` steps done, with `metrics` after it, when the graph runs.
 
     A side effect in program order, like dfc.print; no result. Call it after step i with `i + 1`:

@@ -32,7 +32,7 @@ class Bar:
 
     def __init__(self, task):
         self.task, self.step, self.total, self.metrics = task, None, None, ""
-        self.shown_at, self.dirty = 0.0, False
+        self.shown_at, self.dirty = float("-inf"), False     # the first update is always shown
 
 
 class ProgressDisplay:
