@@ -24,10 +24,11 @@ Both paths give identical values (the tests compare every path with the referenc
 """
 from dfc.ir import ops as opreg
 
-# Elements of work (multiply-adds for MatMul) per iteration below which the fused path wins: a pool
-# round trip and the general path's per-node bookkeeping cost about as much as a 192x192 matmul on a
-# 2-core machine (benchmarks/parallel_iterations.py measures both sides).
-OVERLAP_WORK = 1 << 24
+# Elements of work (multiply-adds for MatMul) per iteration below which the fused path wins: on a
+# 2-core machine a pool round trip plus the general path's per-node bookkeeping cost more than a
+# 192x192 matmul saves by overlapping (2.5x slower there), so overlap starts at about a 400^3
+# matmul's worth of independent work (benchmarks/parallel_iterations.py measures both sides).
+OVERLAP_WORK = 1 << 26
 
 ENTER, EXIT = 3, 4      # the executor's kinds (dfc/runtime/executor.py)
 

@@ -13,7 +13,14 @@ from dfc.runtime.session import default_num_threads
 
 from tests.conftest import run_all_modes
 
-N = 256          # 256**3 multiply-adds per matmul: exactly overlap.OVERLAP_WORK
+REAL_OVERLAP_WORK = overlap.OVERLAP_WORK
+N = 128          # matmuls big enough for the kernel pool (executor.HEAVY_ELEMENTS); the overlap threshold is
+                 # lowered to one such matmul so the tests stay fast (the real one is ~400**3)
+
+
+@pytest.fixture(autouse=True)
+def _small_threshold(monkeypatch):
+    monkeypatch.setattr(overlap, "OVERLAP_WORK", N ** 3)
 
 
 def _independent(n_iter, pi=32):
@@ -113,6 +120,18 @@ def test_recurrent_heavy_frame_stays_fused():
     assert _plan(s, g).programs
 
 
+def test_real_threshold_between_a_256_and_a_512_cubed_matmul(monkeypatch):
+    monkeypatch.setattr(overlap, "OVERLAP_WORK", REAL_OVERLAP_WORK)
+    for n, fused in ((256, True), (512, False)):
+        def f(a):
+            return dfc.while_loop(lambda i, acc: i < 1, lambda i, acc: (i + 1, acc + dfc.reduce_sum(a @ a)),
+                                  (0, dfc.constant(np.float32(0))))[1]
+        g = dfc.trace(f, dfc.TensorSpec([n, n], "float32"))
+        s = dfc.Session(g)
+        s.call(np.ones((n, n), np.float32))
+        assert bool(_plan(s, g).programs) == fused, n
+
+
 def test_small_work_stays_fused():
     def f(a):
         return dfc.while_loop(lambda i, acc: i < 5, lambda i, acc: (i + 1, acc + dfc.reduce_sum(a @ a)),
@@ -194,9 +213,9 @@ def test_two_independent_loops_run_at_the_same_time():
 
 def test_overlapped_results_agree_on_every_path():
     a = _matrix()
-    got = run_all_modes(_independent(5), a)
-    np.testing.assert_allclose(got, _numpy_independent(a, 5), rtol=1e-4)
-    run_all_modes(_two_loops(3), a, _matrix(1))
+    got = run_all_modes(_independent(4), a)
+    np.testing.assert_allclose(got, _numpy_independent(a, 4), rtol=1e-4)
+    run_all_modes(_two_loops(2), a, _matrix(1))
 
 
 def test_nested_heavy_loop_unfuses_its_parent():
