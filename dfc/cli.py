@@ -271,9 +271,11 @@ def show_cmd(graph_file, partitions, fused, device_map):
     g = load(graph_file)
     if fused:
         from dfc.runtime.session import Session
-        frames = Session(g).fused_frames()
+        s = Session(g)
+        frames = s.fused_frames()
+        compiled = _compile_status(s)
         for name, source in frames.items():
-            click.echo(f"# ---- frame {name}\n{source}")
+            click.echo(f"# ---- frame {name}\n{compiled.get(name, '')}{source}")
         if not frames:
             click.echo("# the graph has no loop frames")
         return
@@ -284,6 +286,27 @@ def show_cmd(graph_file, partitions, fused, device_map):
     from dfc.runtime.partition import place, partition
     where = place(g, DeviceSet(), dmap)
     click.echo(partition(g, where).text())
+
+
+def _compile_status(session):
+    """frame name -> a comment line saying whether compile_loops=True compiles the frame (numba), and if
+    not, which node blocked it."""
+    from dfc.runtime.compiled import available
+    if not available():
+        return {}
+    out = {}
+    for name, info in session.compiled_frames().items():
+        if info["status"] == "compiled":
+            line = "# compile_loops: compiled with numba" + (" (inside its parent frame)" if info.get("nested") else "")
+        elif info["status"] == "fused":
+            node = info["blocked_by"]
+            op = session.graph.nodes[node].op if node in session.graph.nodes else None
+            line = "# compile_loops: not compiled" + (f", blocked by {node} ({op})" if node else "") + \
+                f": {info['reason']}"
+        else:
+            continue
+        out[name] = line + "\n"
+    return out
 
 
 @main.command("viz")

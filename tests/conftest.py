@@ -41,6 +41,9 @@ PATHS = {
                                                   num_threads=0),
     "executor pi=32 pool": lambda g: dfc.Session(g, mode="threads", parallel_iterations=32, fuse_loops=False),
     "executor fused": lambda g: dfc.Session(g, mode="threads", parallel_iterations=32, fuse_loops=True),
+    # fused frames as numba machine code (dfc/runtime/compiled/); num_threads=0: no frame left unfused to
+    # overlap its iterations, so every fusable frame is compiled
+    "compiled": lambda g: dfc.Session(g, mode="threads", fuse_loops=True, compile_loops=True, num_threads=0),
     "random 3-device partition": _placed,
 }
 # DFC_TEST_CLUSTER=1: every graph also runs with its nodes placed at random over three processes of a local

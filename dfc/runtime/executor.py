@@ -125,12 +125,13 @@ class Plan:
     """Precomputed per-node tables for one (fetches, feeds, targets) subgraph."""
 
     def __init__(self, graph, fetches, feed_names, targets, xp=np, parallel_iterations=None, fuse=False,
-                 frame_ids=None, device=None, memory_limit=None, overlap=False):
+                 frame_ids=None, device=None, memory_limit=None, overlap=False, compile_loops=False):
         """frame_ids: frame name -> id shared by all partitions of one graph, so frame tags (and the
         rendezvous keys made from them) agree across devices. device: a dfc.runtime.devices.Device.
         memory_limit: a dfc.runtime.limits.MemoryLimit every kernel is checked against (or None).
         overlap: the run has a kernel pool, so a frame with heavy work off its loop recurrence runs
-        unfused to overlap its iterations (dfc/runtime/overlap.py)."""
+        unfused to overlap its iterations (dfc/runtime/overlap.py).
+        compile_loops: fused frames whose ops all have lowerings run as numba code (dfc/runtime/compiled/)."""
         self.graph, self.device, self.memory_limit = graph, device, memory_limit
         self.mem_accounting = device is not None and device.memory is not None
         feed_names = set(feed_names)
@@ -147,6 +148,12 @@ class Plan:
                 from dfc.runtime.overlap import overlapping_frames
                 for fid in overlapping_frames(self):
                     self.programs.pop(fid, None)
+            # compile_loops: fused frames become numba code (dfc/runtime/compiled/); that code calls no
+            # kernels, so not where kernels are wrapped (a memory limit, byte accounting) or off the host
+            if compile_loops and memory_limit is None and not self.mem_accounting and \
+                    (device is None or device.kind == "cpu"):
+                from dfc.runtime.compiled import compile_programs
+                self.programs = compile_programs(self, self.programs)
 
     def _index(self, graph, wanted, feed_names, frame_ids):
         """The nodes the run needs, numbered; frames numbered (the root is 0)."""

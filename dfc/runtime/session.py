@@ -85,7 +85,7 @@ class Session:
                  track_memory=False, swap_memory=False, swap_threshold=0.5, swap_min_bytes=4096,
                  swap_prefetch=2, container=None, checkpoint_dir=None, memory_limit=None, cluster=None,
                  wire_compression=None, object_store_bytes=OBJECT_STORE_BYTES, trace=None, summary_dir=None,
-                 progress=None):
+                 progress=None, compile_loops=None):
         mode = mode or default_mode()
         if mode not in MODES:
             raise DfcError(f"unknown executor mode {mode!r} (use one of {', '.join(MODES)})")
@@ -95,6 +95,11 @@ class Session:
         self.graph, self.mode = graph, mode
         # Loop fusion is the fast path of "threads" mode; the reference interpreter never fuses.
         self.fuse_loops = (mode == "threads") if fuse_loops is None else bool(fuse_loops)
+        # Fused frames compiled to machine code with numba (dfc/runtime/compiled/); off unless asked for
+        # (or DFC_COMPILE_LOOPS=1): a frame's first run pays numba's compile (cached on disk after that).
+        if compile_loops is None:
+            compile_loops = os.environ.get("DFC_COMPILE_LOOPS", "0") not in ("", "0")
+        self.compile_loops = bool(compile_loops) and self.fuse_loops
         self.parallel_iterations = parallel_iterations
         self.printer = printer or default_printer
         self.container = containers.get(container).name     # where Variables without a container live
@@ -156,7 +161,7 @@ class Session:
 
     def _make_plan(self, fetches, feed_names, targets):
         kw = dict(parallel_iterations=self.parallel_iterations, fuse=self.fuse_loops, memory_limit=self.memory_limit,
-                  overlap=self._num_threads > 0)
+                  overlap=self._num_threads > 0, compile_loops=self.compile_loops)
         if self.placement is None:
             return Plan(self.graph, fetches, feed_names, targets, **kw)
         from dfc.runtime import partition as pt
@@ -259,6 +264,21 @@ class Session:
                 if not out.get(plan.frame_names[fid], "").startswith("# not fused"):
                     out[plan.frame_names[fid]] = f"# not fused: {why}"
         return out
+
+    def compiled_frames(self):
+        """frame name -> how the executor runs that loop frame of the graph's signature with compiled loops:
+        {"status": "compiled" | "fused" | "not fused", "blocked_by": the node that kept it from being
+        compiled (None if none or not one node), "reason", "source": the numba (or fused Python) source,
+        "compile_seconds": {argument types: seconds its first call spent compiling or loading from the disk
+        cache} once this session ran it}. Frames nested in a compiled frame are compiled with it."""
+        from dfc.runtime.compiled import explain
+        sig = self.graph.signature
+        fetches = [leaf["ref"] for leaf in structure.leaves(sig.get("outputs"))]
+        feeds = {i["node"] for i in sig.get("inputs", [])}
+        plan = Plan(self.graph, fetches, feeds, tuple(sig.get("targets", [])), fuse=True,
+                    parallel_iterations=self.parallel_iterations)
+        ran = [p for p in self._plans.values() if isinstance(p, Plan)]
+        return explain(plan, ran)
 
     def memory_stats(self):
         """device -> {"in_use", "peak", "capacity"} for every device that accounts bytes."""

@@ -1,0 +1,187 @@
+"""Compiled loop frames: a fused loop frame whose ops all have a lowering runs as numba machine code.
+
+`Session(graph, compile_loops=True)`: each loop frame the fused path can run (dfc/runtime/fused.py), with
+its conds and nested loops, is turned into numba source by codegen.py from the lowerings beside the
+kernels (dfc/runtime/kernels/*_lower.py) and compiled on its first call for the types of its Enter values.
+It computes what the fused frame computes, bit for bit (lowerings call numpy's own loops where numba's
+math differs; tests/conftest.py's mode matrix checks it against the reference interpreter).
+
+A frame that cannot be compiled (an op without a lowering, a value of unknown rank, a resource handle)
+stays on the fused Python path; `Session.compiled_frames()` and `dfc show --fused` name the node that
+blocked it. At run time the fused path also runs the frame when an Enter value is dead or of another type
+than the graph declares, inside a partition (which must be able to stop the loop), and after the compiled
+code raises: compiled code has no side effects, so the fused path replays the frame from its Enter values
+and raises the error naming the node (e.g. integer division by zero, a shape mismatch).
+
+Compiled code is cached on disk (cache.py), so a second process loads machine code instead of compiling;
+`stats()` reports each frame's compile (or cache load) time.
+"""
+import threading
+import time
+
+import numpy as np
+
+from dfc.runtime.values import DEAD
+
+_stats_lock = threading.Lock()
+_STATS = []     # one dict per compile: frame, key, seconds, cached, types
+
+
+def stats():
+    """One dict per frame compiled (or loaded from the disk cache) in this process: frame name, module
+    key, seconds the first call spent compiling or loading, cached (True: loaded from disk), types."""
+    with _stats_lock:
+        return [dict(s) for s in _STATS]
+
+
+def available():
+    """Whether numba can be imported (it is a dependency; a broken install leaves frames fused)."""
+    try:
+        import numba  # noqa: F401
+        return True
+    except Exception:   # noqa: BLE001
+        return False
+
+
+class CompiledFrame:
+    """Stands in for a fused FrameProgram in Plan.programs (same fid/enters/enter_pos/exits/fn)."""
+
+    def __init__(self, prog, src):
+        self.prog, self.src = prog, src
+        self.fid, self.enters, self.enter_pos, self.exits = prog.fid, prog.enters, prog.enter_pos, prog.exits
+        self.source = src.source
+        self.name = prog.plan.frame_names[prog.fid]
+        self.consts = tuple(src.consts)
+        self._in = [(np.dtype(t.dtype), t.ndim) for t in src.enter_types]
+        self._out = [np.dtype(t.dtype).type for t in src.exit_types]
+        self._run = None
+        self._lp = None
+        self._lock = threading.Lock()
+        self.compile_seconds = {}     # argument type signature -> seconds (compile or cache load)
+
+    def _function(self):
+        if self._run is None:
+            with self._lock:
+                if self._run is None:
+                    from dfc.runtime.compiled import cache, npcall
+                    run, self.key = cache.load(self.source)
+                    lp = []
+                    for ufunc, dtypes, reduction in self.src.loops:
+                        lp.extend(npcall.loop_address(ufunc, dtypes, reduction))
+                    self._lp = np.array(lp or [0], np.int64)
+                    self._run = run
+        return self._run
+
+    def fn(self, ctx, kern, vals, tag):
+        """Run the frame: compiled when its Enter values fit, else (or to report an error) fused."""
+        if ctx.abort is not None:
+            return self.prog.fn(ctx, kern, vals, tag)
+        args = []
+        for v, (dtype, ndim) in zip(vals, self._in):
+            if v is DEAD or getattr(v, "dtype", None) != dtype or getattr(v, "ndim", -1) != ndim:
+                return self.prog.fn(ctx, kern, vals, tag)
+            if ndim == 0:
+                args.append(v[()])
+            elif not (v.flags.c_contiguous and v.flags.writeable):
+                args.append(np.array(v, order="C"))
+            else:
+                args.append(v)
+        run = self._function()
+        try:
+            n_sigs = len(run.signatures)
+            t0 = time.perf_counter()
+            outs = run(*args, self.consts, self._lp)
+            if len(run.signatures) != n_sigs:
+                self._record(run, time.perf_counter() - t0, args)
+        except Exception:   # noqa: BLE001 — the fused path replays the frame and names the failing node
+            return self.prog.fn(ctx, kern, vals, tag)
+        n = len(self._out)
+        res = []
+        for k in range(n):
+            if outs[n + k]:
+                res.append(DEAD)
+                continue
+            x = outs[k]
+            if isinstance(x, np.ndarray):
+                if any(x is c for c in self.consts):
+                    x = x.copy()
+                res.append(x)
+            else:
+                res.append(self._out[k](x))
+        return res
+
+    def _record(self, run, seconds, args):
+        cached = bool(sum(run.stats.cache_hits.values())) if hasattr(run, "stats") else False
+        sig = ", ".join(f"{a.dtype}{list(a.shape) if isinstance(a, np.ndarray) else '[]'}" for a in args)
+        self.compile_seconds[sig] = seconds
+        with _stats_lock:
+            _STATS.append({"frame": self.name, "key": self.key, "seconds": seconds, "cached": cached,
+                           "types": sig})
+
+
+def compile_programs(plan, programs, blocked=None):
+    """programs (fid -> fused FrameProgram) with every frame that can be compiled replaced by a
+    CompiledFrame; `blocked` (a dict) gets fid -> codegen.Blocked for the others."""
+    if not programs or not available():
+        return programs
+    from dfc.errors import DfcError
+    from dfc.runtime.compiled.codegen import Blocked, FrameSource
+    from dfc.runtime.fused import FrameIndex
+    from dfc.runtime.kernels import array_lower, math_lower  # noqa: F401 — register the lowerings
+    try:
+        types = plan.graph.infer_types()
+    except DfcError as e:
+        if blocked is not None:
+            for fid in programs:
+                blocked[fid] = Blocked(None, f"the graph's types cannot be inferred: {e}")
+        return programs
+    index = FrameIndex(plan)
+    out = dict(programs)
+    for fid, prog in programs.items():
+        try:
+            out[fid] = CompiledFrame(prog, FrameSource(plan, fid, index, types))
+        except Blocked as b:
+            if blocked is not None:
+                blocked[fid] = b
+    return out
+
+
+def explain(plan, ran_plans=()):
+    """frame name -> {"status", "blocked_by", "reason", "source", "compile_seconds"} for every loop frame
+    of `plan` (built with fuse=True): compiled, fused (with the node that blocked compiling) or not fused
+    at all. `ran_plans`: Plans that have run, whose compiled frames report their compile times."""
+    from dfc.runtime.fused import FrameIndex, build_programs
+    reasons = {}
+    progs = plan.programs or build_programs(plan, reasons)
+    blocked = {}
+    compiled = compile_programs(plan, progs, blocked) if available() else progs
+    index = FrameIndex(plan)
+    inside = set()          # frames nested in a fused frame run (and compile) with it
+    for fid in progs:
+        stack = list(index.children[fid])
+        while stack:
+            c = stack.pop()
+            inside.add(c)
+            stack.extend(index.children[c])
+    times = {}
+    for p in ran_plans:
+        for prog in p.programs.values():
+            if isinstance(prog, CompiledFrame):
+                times.setdefault(prog.name, {}).update(prog.compile_seconds)
+    out = {}
+    for fid in range(1, len(plan.frame_names)):
+        name = plan.frame_names[fid]
+        if fid in compiled and isinstance(compiled[fid], CompiledFrame):
+            out[name] = {"status": "compiled", "blocked_by": None, "reason": None,
+                         "source": compiled[fid].source, "compile_seconds": times.get(name, {})}
+        elif fid in progs:
+            b = blocked.get(fid)
+            reason = str(b.reason) if b is not None else "numba is not available"
+            out[name] = {"status": "fused", "blocked_by": getattr(b, "node", None), "reason": reason,
+                         "source": progs[fid].source, "compile_seconds": {}}
+        elif fid in reasons:
+            out[name] = {"status": "not fused", "blocked_by": None, "reason": reasons[fid], "source": None,
+                         "compile_seconds": {}}
+        if name in out and fid in inside:
+            out[name]["nested"] = True
+    return out

@@ -1,0 +1,297 @@
+"""numba source for one loop frame (its conds and nested loops inlined), from the fused path's analysis.
+
+The generated function `run(e0, e1, ..., K, LP)` takes the frame's Enter values (rank-0 tensors as
+numpy scalars, others as C-contiguous arrays), the frame's constant arrays K and numpy loop addresses LP
+(npcall.py), runs every iteration, and returns the Exit values followed by one dead flag per Exit. It
+follows dfc/runtime/fused.py item for item: the same order, the same body/non-body split, the same
+deadness. A value that a cond can make dead carries a bool `d<node>_<port>` beside it (dead values hold a
+typed placeholder, never read); a node with a dead input is skipped and its outputs are dead; Switch and
+Merge become if/elif; a nested loop frame becomes a nested `while True` whose Exits are locals.
+"""
+from dfc.runtime.fused import EXIT, MERGE, NEXT, SWITCH, FrameProgram
+from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type
+
+_DTYPES = ("float32", "float64", "int32", "int64", "bool")
+
+
+class Blocked(Exception):
+    """The frame cannot be compiled; `node` is the node that blocked it (or None), `reason` why."""
+
+    def __init__(self, node, reason):
+        super().__init__(f"{node}: {reason}" if node else reason)
+        self.node, self.reason = node, reason
+
+
+class Analyses(FrameProgram):
+    """The fused path's FrameAnalysis of a frame and every frame nested in it, without its code.
+
+    (FrameProgram._emit_frame analyses a frame and hands the result to _gen; here _gen only keeps it.)"""
+
+    def __init__(self, plan, fid, index):      # noqa: D107 — deliberately not FrameProgram.__init__
+        self.plan, self.fid, self.index = plan, fid, index
+        self.lines, self.helpers, self._counter = [], {}, 0
+        self.by_fid = {}
+        self._emit_frame(fid, "run", 0)
+
+    def _gen(self, a):
+        self.by_fid[a.fid] = a
+
+
+class Type:
+    """The static type of a value in compiled code: a dtype name and a rank."""
+    __slots__ = ("dtype", "ndim", "shape")
+
+    def __init__(self, ttype, what):
+        if ttype is None or ttype.dtype not in _DTYPES:
+            raise Unsupported(f"{what} is a {getattr(ttype, 'dtype', 'value')} (not an array)")
+        if ttype.shape is None:
+            raise Unsupported(f"{what} has an unknown rank")
+        self.dtype, self.shape, self.ndim = ttype.dtype, ttype.shape, len(ttype.shape)
+
+    def default(self):
+        """A placeholder of this type for a dead value."""
+        if self.ndim == 0:
+            return "False" if self.dtype == "bool" else f"{scalar_type(self.dtype)}(0)"
+        return f"np.zeros(({'0, ' * self.ndim}), {scalar_type(self.dtype)})"
+
+
+class Emit:
+    """What a lowering sees of one node (see dfc/runtime/kernels/lowering.py)."""
+
+    def __init__(self, gen, node, args, ins, outs, ind):
+        self.gen, self.node, self.args, self.ins, self.outs, self.ind = gen, node, args, ins, outs, ind
+
+    def stmt(self, line):
+        self.gen.lines.append(self.ind + line)
+
+    def tmp(self):
+        return self.gen.fresh("t")
+
+    def loop(self, ufunc, dtypes, reduction=False):
+        """Index into LP of numpy's strided loop of ufunc for exactly these dtypes."""
+        from dfc.runtime.compiled.npcall import NoLoop
+        key = (ufunc, tuple(dtypes), reduction)
+        if key not in self.gen.loops:
+            from dfc.runtime.compiled import npcall
+            try:
+                npcall.loop_address(ufunc, dtypes, reduction)
+            except NoLoop as e:
+                raise Unsupported(str(e)) from None
+            self.gen.loops.append(key)
+        return self.gen.loops.index(key)
+
+    def const(self, value):
+        """An expression for a constant array (passed to the compiled function in K)."""
+        import numpy as np
+        self.gen.consts.append(np.array(value, order="C", copy=True))
+        return f"K[{len(self.gen.consts) - 1}]"
+
+
+class FrameSource:
+    """The generated source of frame `fid` of a Plan, with what calling it needs.
+
+    source: the module text; enter_types / exit_types: Type per Enter / Exit; consts: arrays for K;
+    loops: (ufunc, dtypes, reduction) per LP entry. Raises Blocked naming the node that cannot be lowered.
+    """
+
+    def __init__(self, plan, fid, index, types):
+        self.plan, self.fid, self.types = plan, fid, types
+        self.lines, self.loops, self.consts = [], [], []
+        self._n = 0
+        self.flagged = set()           # (node, port) values that carry a dead flag
+        self.exits_may_die = {}        # fid -> whether its Exits may be dead
+        from dfc.runtime.fused import NotFusable
+        try:
+            self.an = Analyses(plan, fid, index).by_fid
+        except NotFusable as e:
+            raise Blocked(None, f"not fused: {e}") from None
+        a = self.an[fid]
+        p = plan
+        self.enter_types = [self._type(e, 0, "Enter") for e in a.enters]
+        self.exit_types = [self._type(e, 0, "Exit") for e in a.exits]
+        params = [f"e{k}" for k in range(len(a.enters))]
+        ind = "    "
+        self._frame(a, ind, params)
+        outs = [f"x{fid}_{k}" for k in range(len(a.exits))] + [f"dx{fid}_{k}" for k in range(len(a.exits))]
+        body = self.lines
+        head = ["import numpy as np", "from numba import njit",
+                "from dfc.runtime.compiled import helpers as H, npcall as P", "",
+                f"# loop frame {p.frame_names[fid]!r}",
+                "@njit(cache=True, nogil=True, error_model='numpy')",
+                f"def run({''.join(x + ', ' for x in params)}K, LP):"]
+        self.source = "\n".join(head + body + [f"    return ({''.join(o + ', ' for o in outs)})", ""])
+
+    def fresh(self, base):
+        self._n += 1
+        return f"{base}{self._n}_"
+
+    def _type(self, i, port, what):
+        n = self.plan.nodes[i]
+        ts = self.types.get(n.name)
+        try:
+            return Type(ts[port] if ts is not None and port < len(ts) else None, f"{what} {n.name} output {port}")
+        except Unsupported as e:
+            raise Blocked(n.name, str(e)) from None
+
+    # ------------------------------------------------------------ references
+    def ref(self, sp, a):
+        s, port = sp
+        if s in a.switches:
+            return f"v{a.switches[s]}_0"
+        if s in a.producer:
+            c = a.producer[s][1]
+            return f"x{c}_{self.plan.frame_exits[c].index(s)}"
+        return f"v{s}_{port}"
+
+    def dead(self, sp, a):
+        """The dead flag of a value, or None if it is never dead."""
+        s, port = sp
+        if s in a.switches:
+            return None
+        if s in a.producer:
+            c = a.producer[s][1]
+            return f"dx{c}_{self.plan.frame_exits[c].index(s)}" if self.exits_may_die[c] else None
+        return f"d{s}_{port}" if (s, port) in self.flagged else None
+
+    def w(self, ind, line):
+        self.lines.append(ind + line)
+
+    # ------------------------------------------------------------ frames
+    def _frame(self, a, ind, enter_exprs):
+        p = self.plan
+        w = self.w
+        for k, e in enumerate(a.enters):
+            w(ind, f"v{e}_0 = {enter_exprs[k]}")
+        for m in a.merges:
+            w(ind, f"v{m}_0 = v{p.ins[m][0][0]}_0")
+        exit_merge = [a.switches[p.ins[e][0][0]] for e in a.exits]
+        for k, m in enumerate(exit_merge):
+            w(ind, f"x{a.fid}_{k} = v{m}_0")
+            w(ind, f"dx{a.fid}_{k} = False")
+        w(ind, "while True:")
+        ind2 = ind + "    "
+        for it in a.order:
+            if it not in a.body:
+                self._item(it, a, ind2)
+        pred_sp = p.ins[a.loop_cond][0]
+        t = self._type(pred_sp[0], pred_sp[1], "loop predicate")
+        if t.dtype != "bool" or t.ndim != 0:
+            raise Blocked(p.nodes[a.loop_cond].name, f"loop predicate is {t.dtype} of rank {t.ndim}, not one bool")
+        pred, pdead = self.ref(pred_sp, a), self.dead(pred_sp, a)
+        self.exits_may_die[a.fid] = pdead is not None
+        if pdead is not None:
+            w(ind2, f"if {pdead}:")
+            for k in range(len(a.exits)):
+                w(ind2, f"    dx{a.fid}_{k} = True")
+            w(ind2, "    break")
+        w(ind2, f"if not {pred}:")
+        for k, m in enumerate(exit_merge):
+            w(ind2, f"    x{a.fid}_{k} = v{m}_0")
+        w(ind2, "    break")
+        for it in a.order:
+            if it in a.body:
+                self._item(it, a, ind2)
+        nexts = []
+        for m in a.merges:
+            nx = [s for s, _ in p.ins[m] if p.kind[s] == NEXT][0]
+            sp = p.ins[nx][0]
+            flag = self.dead(sp, a)
+            if flag is not None:      # e.g. a cond's Merge: live whenever its predicate is; if not, the
+                w(ind2, f"if {flag}:")  # fused path replays the frame (its loop variables are never dead)
+                w(ind2, "    raise ValueError('a loop variable is dead')")
+            nexts.append(self.ref(sp, a))
+        if a.merges:
+            w(ind2, f"{''.join(f'v{m}_0, ' for m in a.merges)}= {''.join(x + ', ' for x in nexts)}")
+
+    def _item(self, it, a, ind):
+        p = self.plan
+        w = self.w
+        if it[0] == "frame":
+            c = it[1]
+            ca = self.an[c]
+            args = [self.ref(p.ins[e][0], a) for e in ca.enters]
+            deads = [d for d in (self.dead(p.ins[e][0], a) for e in ca.enters) if d]
+            w(ind, f"# loop frame {p.frame_names[c]}")
+            if deads:
+                w(ind, f"if {' or '.join(deads)}:")
+                for k, e in enumerate(p.frame_exits[c]):
+                    w(ind, f"    x{c}_{k} = {self._type(e, 0, 'Exit').default()}")
+                    w(ind, f"    dx{c}_{k} = True")
+                w(ind, "else:")
+                self._frame(ca, ind + "    ", args)
+                self.exits_may_die[c] = True
+            else:
+                self._frame(ca, ind, args)
+            return
+        i = it[1]
+        node = p.nodes[i]
+        w(ind, f"# {node.name} = {node.op}")
+        args = [self.ref(sp, a) for sp in p.ins[i]]
+        deads = [d for d in (self.dead(sp, a) for sp in p.ins[i]) if d]
+        deads += [d for d in (self.dead((c, 0), a) for c in p.ctrl_ins[i]) if d]
+        nout = len(p.out_edges[i])
+        kind = p.kind[i]
+        if kind == SWITCH:
+            t = self._type(p.ins[i][1][0], p.ins[i][1][1], "Switch predicate")
+            if t.dtype != "bool" or t.ndim != 0:
+                raise Blocked(node.name, f"Switch predicate is {t.dtype} of rank {t.ndim}, not one bool")
+            d, pr = args
+            w(ind, f"v{i}_0 = v{i}_1 = {d}")
+            dd = " or ".join(deads)
+            w(ind, f"d{i}_0 = {f'({dd}) or ' if dd else ''}{pr}")
+            w(ind, f"d{i}_1 = {f'({dd}) or ' if dd else ''}not {pr}")
+            self.flagged.update({(i, 0), (i, 1)})
+            return
+        if kind == MERGE:
+            t = self._type(i, 0, "Merge")
+            for k, sp in enumerate(p.ins[i]):
+                ti = self._type(sp[0], sp[1], "Merge input")
+                if (ti.dtype, ti.ndim) != (t.dtype, t.ndim):
+                    raise Blocked(node.name, "Merge inputs of different types")
+            flags = [self.dead(sp, a) for sp in p.ins[i]]
+            first = True
+            for k, (arg, fl) in enumerate(zip(args, flags)):
+                if fl is None:          # a live input: the chain ends here
+                    pad = ind if first else ind + "    "
+                    if not first:
+                        w(ind, "else:")
+                    w(pad, f"v{i}_0, v{i}_1, d{i}_0 = {arg}, np.int32({k}), False")
+                    break
+                w(ind, f"{'if' if first else 'elif'} not {fl}:")
+                w(ind, f"    v{i}_0, v{i}_1, d{i}_0 = {arg}, np.int32({k}), False")
+                first = False
+            else:
+                w(ind, "else:")
+                w(ind, f"    v{i}_0, v{i}_1, d{i}_0 = {t.default()}, np.int32(0), True")
+            if all(flags):
+                self.flagged.update({(i, 0), (i, 1)})
+            w(ind, f"d{i}_1 = d{i}_0")
+            return
+        if kind == EXIT:
+            raise Blocked(node.name, "an Exit outside its frame's Switch")
+        low = LOWERINGS.get(node.op)
+        if low is None:
+            raise Blocked(node.name, f"op {node.op} has no lowering")
+        ins = [self._type(s, port, "input") for s, port in p.ins[i]]
+        outs = [self._type(i, k, "output") for k in range(nout)]
+        pad = ind
+        if deads:
+            w(ind, f"if {' or '.join(deads)}:")
+            for k in range(max(nout, 1)):
+                w(ind, f"    d{i}_{k} = True")
+            for k in range(nout):
+                w(ind, f"    v{i}_{k} = {outs[k].default()}")
+            w(ind, "else:")
+            pad = ind + "    "
+            for k in range(max(nout, 1)):
+                self.flagged.add((i, k))
+                w(pad, f"d{i}_{k} = False")
+        e = Emit(self, node, args, ins, outs, pad)
+        try:
+            exprs = low(e)
+        except Unsupported as err:
+            raise Blocked(node.name, str(err)) from None
+        if len(exprs) != nout:
+            raise Blocked(node.name, f"lowering gave {len(exprs)} outputs, the op has {nout}")
+        for k, x in enumerate(exprs):
+            w(pad, f"v{i}_{k} = {x}")

@@ -1,0 +1,111 @@
+"""numba helpers the generated frame code calls (beside npcall's numpy-loop calls)."""
+import numpy as np
+from numba import njit
+
+from dfc.runtime.compiled.npcall import call_loop
+
+
+@njit(cache=True, nogil=True)
+def _call(LP, k, p0, p1, p2, s0, s1, s2, n):
+    ptrs = np.empty(3, np.intp)
+    ptrs[0], ptrs[1], ptrs[2] = p0, p1, p2
+    steps = np.empty(3, np.intp)
+    steps[0], steps[1], steps[2] = s0, s1, s2
+    dims = np.empty(1, np.intp)
+    dims[0] = n
+    if call_loop(LP[3 * k], LP[3 * k + 1], ptrs.ctypes.data, dims.ctypes.data, steps.ctypes.data,
+                 LP[3 * k + 2]) < 0:
+        raise FloatingPointError("numpy loop failed")
+
+
+@njit(cache=True, nogil=True)
+def broadcast(x, shape):
+    """x (C-contiguous) as a C-contiguous array of `shape`, copied only when its shape differs."""
+    if x.shape == shape:
+        return x
+    return np.broadcast_to(x, shape).copy()
+
+
+@njit(cache=True, nogil=True)
+def binary(LP, k, a, b, proto):
+    """numpy's binary loop k on arrays a, b broadcast together; the result has proto's dtype."""
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    out = np.empty(shape, proto.dtype)
+    n = out.size
+    if a.size != n and a.size != 1:
+        a = np.broadcast_to(a, shape).copy()
+    if b.size != n and b.size != 1:
+        b = np.broadcast_to(b, shape).copy()
+    it_a, it_b = a.itemsize, b.itemsize
+    _call(LP, k, a.ctypes.data, b.ctypes.data, out.ctypes.data, it_a if a.size == n else 0,
+          it_b if b.size == n else 0, out.itemsize, n)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def unary(LP, k, a, proto):
+    """numpy's unary loop k on array a; the result has proto's dtype."""
+    out = np.empty(a.shape, proto.dtype)
+    ptrs = np.empty(2, np.intp)
+    ptrs[0], ptrs[1] = a.ctypes.data, out.ctypes.data
+    steps = np.empty(2, np.intp)
+    steps[0], steps[1] = a.itemsize, out.itemsize
+    dims = np.empty(1, np.intp)
+    dims[0] = out.size
+    if call_loop(LP[3 * k], LP[3 * k + 1], ptrs.ctypes.data, dims.ctypes.data, steps.ctypes.data,
+                 LP[3 * k + 2]) < 0:
+        raise FloatingPointError("numpy loop failed")
+    return out
+
+
+@njit(cache=True, nogil=True)
+def reduce3(LP, kr, kb, x, pre, n, post, first, ident):
+    """x viewed as (pre, n, post) reduced over n, as a flat (pre * post) array, in numpy's order: a run
+    along the last axis (post == 1) by the loop in reduce mode (numpy's pairwise sum), otherwise one
+    elementwise step per slice in order. Starts from `ident`, or (first=True: max, min) the first slice."""
+    flat = x.reshape(x.size)
+    out = np.empty(pre * post, x.dtype)
+    it = x.itemsize
+    if first and n == 0:
+        raise ValueError("zero-size array to a reduction operation that has no identity")
+    for p in range(pre):
+        base = p * n * post
+        if post == 1:
+            if first:
+                out[p] = flat[base]
+                start, cnt = base + 1, n - 1
+            else:
+                out[p] = ident
+                start, cnt = base, n
+            if cnt > 0:
+                o = out.ctypes.data + p * it
+                _call(LP, kr, o, flat.ctypes.data + start * it, o, 0, it, 0, cnt)
+        else:
+            ob = p * post
+            if first:
+                for q in range(post):
+                    out[ob + q] = flat[base + q]
+                i0 = 1
+            else:
+                for q in range(post):
+                    out[ob + q] = ident
+                i0 = 0
+            o = out.ctypes.data + ob * it
+            for i in range(i0, n):
+                _call(LP, kb, o, flat.ctypes.data + (base + i * post) * it, o, it, it, it, post)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def float_to_int(x, lo, hi, bad):
+    """numpy's (x86) float -> int cast of one value: truncation, `bad` (INT_MIN) when out of range or NaN."""
+    if x >= lo and x < hi:
+        return np.int64(x)
+    return bad
+
+
+@njit(cache=True, nogil=True)
+def check_index(i, n):
+    if i < -n or i >= n:
+        raise IndexError("index out of range")
+    return i + n if i < 0 else i

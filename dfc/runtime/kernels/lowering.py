@@ -1,0 +1,33 @@
+"""The lowering table: op name -> how a compiled loop frame computes the op (dfc/runtime/compiled/).
+
+A lowering sits next to its op's kernel (math_lower.py beside math_kernels.py, ...) and is registered like
+a kernel: `@lowering("Add", "Sub")` on `fn(e) -> list of output expressions`. `e` (compiled.codegen.Emit)
+gives the node, its input expressions `e.args` and static types `e.ins` / `e.outs` (`.dtype`, `.ndim`),
+and emits numba-compatible statements. A rank-0 tensor is a numpy scalar of its dtype in compiled code,
+any other a C-contiguous array; every result must have exactly the dtype and rank of the op's kernel
+result (numba promotes scalars differently from numpy, so lowerings cast explicitly) and exactly its bits
+(where numba's own math differs, `e.loop` calls numpy's inner loop: dfc/runtime/compiled/npcall.py).
+
+A lowering that cannot handle a node (its attrs or input types) raises Unsupported; an op without a
+lowering, or a node whose lowering refuses, keeps its frame on the fused Python path, and
+`Session.compiled_frames()` / `dfc show --fused` say which node blocked compilation.
+"""
+LOWERINGS = {}
+
+
+class Unsupported(Exception):
+    """This node cannot be compiled (the message says why)."""
+
+
+def lowering(*names):
+    """Register fn(e) -> [output expression, ...] as the lowering of each op name."""
+    def deco(fn):
+        for n in names:
+            LOWERINGS[n] = fn
+        return fn
+    return deco
+
+
+def scalar_type(dtype):
+    """The numba-visible constructor of a dtype's scalars in generated code."""
+    return "np.bool_" if dtype == "bool" else f"np.{dtype}"

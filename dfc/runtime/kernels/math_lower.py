@@ -1,0 +1,213 @@
+"""Lowerings of the elementwise math, reduction and matmul ops (kernels: math_kernels.py).
+
+Exact where numba is exact (integer and IEEE +, -, *, /, sqrt, comparisons: the same bits as numpy, also
+when numba computes a float32 scalar op in float64, since double rounding of these is harmless); through
+numpy's own loops (e.loop) for everything numpy computes with its own SIMD code or summation order
+(transcendentals, power, floor division, maximum/minimum and their signed zeros, reductions, matmul).
+"""
+import numpy as np
+
+from dfc.runtime.kernels.lowering import Unsupported, lowering, scalar_type as st
+
+_NATIVE_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Less": "<", "LessEqual": "<=",
+                  "Greater": ">", "GreaterEqual": ">=", "Equal": "==", "NotEqual": "!=",
+                  "LogicalAnd": "&", "LogicalOr": "|"}
+_LOOP_BINARY = {"Pow": np.power, "FloorDiv": np.floor_divide, "Mod": np.remainder, "Maximum": np.maximum,
+                "Minimum": np.minimum}
+_LOOP_UNARY = {"Exp": np.exp, "Log": np.log, "Log1p": np.log1p, "Sin": np.sin, "Cos": np.cos, "Tanh": np.tanh,
+               "Round": np.rint}
+
+
+def _arr(e, k):
+    """Input k as an array expression (a scalar becomes a 1-element array)."""
+    return e.args[k] if e.ins[k].ndim else f"np.full(1, {e.args[k]})"
+
+
+def _proto(dtype):
+    return f"np.empty(0, {st(dtype)})"
+
+
+@lowering(*_NATIVE_BINARY)
+def _native_binary(e):
+    a, b = e.args
+    op = _NATIVE_BINARY[e.node.op]
+    out = e.outs[0]
+    if out.ndim == 0:
+        return [f"{st(out.dtype)}({a} {op} {b})"]
+    return [f"({a} {op} {b})"]
+
+
+def loop_binary(e, ufunc, a, b):
+    """numpy's loop of `ufunc` on inputs a, b (expressions of the node's input types) -> output expression."""
+    out = e.outs[0]
+    d = e.ins[0].dtype
+    k = e.loop(ufunc, (d, d, out.dtype))
+    call = f"H.binary(LP, {k}, {a if e.ins[0].ndim else f'np.full(1, {a})'}, " \
+           f"{b if e.ins[1].ndim else f'np.full(1, {b})'}, {_proto(out.dtype)})"
+    return f"{call}[0]" if out.ndim == 0 else call
+
+
+@lowering(*_LOOP_BINARY)
+def _loop_binary(e):
+    op, d = e.node.op, e.ins[0].dtype
+    a, b = e.args
+    if d in ("int32", "int64") and op in ("FloorDiv", "Mod"):
+        what = "division" if op == "FloorDiv" else "modulo"
+        e.stmt(f"if np.any(np.asarray({b}) == 0): raise ZeroDivisionError('integer {what} by zero')")
+    if d in ("int32", "int64") and op == "Pow":
+        e.stmt(f"if np.any(np.asarray({b}) < 0): raise ValueError('integers to negative integer powers')")
+    return [loop_binary(e, _LOOP_BINARY[op], a, b)]
+
+
+def loop_unary(e, ufunc, x, ndim, dtype):
+    k = e.loop(ufunc, (dtype, dtype))
+    if ndim == 0:
+        return f"H.unary(LP, {k}, np.full(1, {x}), {_proto(dtype)})[0]"
+    return f"H.unary(LP, {k}, {x}, {_proto(dtype)})"
+
+
+@lowering(*_LOOP_UNARY)
+def _loop_unary(e):
+    return [loop_unary(e, _LOOP_UNARY[e.node.op], e.args[0], e.ins[0].ndim, e.ins[0].dtype)]
+
+
+@lowering("Neg", "Abs", "Square", "Sqrt", "Floor", "Ceil", "IsFinite", "Reciprocal", "Rsqrt", "LogicalNot",
+          "Sign")
+def _native_unary(e):
+    x, t, out = e.args[0], e.ins[0], e.outs[0]
+    op = e.node.op
+    if op == "Sign" and t.dtype in ("float32", "float64"):
+        return [loop_unary(e, np.sign, x, t.ndim, t.dtype)]     # sign(nan) is nan, sign(-0.0) is -0.0
+    one = f"{st(t.dtype)}(1)"
+    expr = {"Neg": f"-{x}", "Abs": f"np.abs({x})", "Square": f"{x} * {x}", "Sqrt": f"np.sqrt({x})",
+            "Floor": f"np.floor({x})", "Ceil": f"np.ceil({x})", "IsFinite": f"np.isfinite({x})",
+            "Reciprocal": f"{one} / {x}", "Rsqrt": f"{one} / np.sqrt({x})", "LogicalNot": f"np.logical_not({x})",
+            "Sign": f"np.sign({x})"}[op]
+    return [f"{st(out.dtype)}({expr})" if out.ndim == 0 else f"({expr})"]
+
+
+@lowering("Sigmoid")
+def _sigmoid(e):
+    # the kernel: h + h * tanh(h * x), h = 0.5 in x's dtype (the same operations for scalars and arrays)
+    x, t = e.args[0], e.ins[0]
+    h = f"{st(t.dtype)}(0.5)"
+    u = e.tmp()
+    e.stmt(f"{u} = {st(t.dtype)}({h} * {x})" if t.ndim == 0 else f"{u} = {x} * {h}")
+    th = loop_unary(e, np.tanh, u, t.ndim, t.dtype)
+    return [f"{st(t.dtype)}({h} + {h} * {th})" if t.ndim == 0 else f"({th} * {h} + {h})"]
+
+
+@lowering("Relu")
+def _relu(e):
+    t = e.ins[0]
+    k = e.loop(np.maximum, (t.dtype, t.dtype, t.dtype))
+    call = f"H.binary(LP, {k}, {_arr(e, 0)}, np.zeros(1, {st(t.dtype)}), {_proto(t.dtype)})"
+    return [f"{call}[0]" if t.ndim == 0 else call]
+
+
+@lowering("Where")
+def _where(e):
+    c, a, b = e.args
+    out = e.outs[0]
+    if out.ndim == 0:
+        return [f"({a} if {c} else {b})"]
+    return [f"np.where({_arr(e, 0)}, {_arr(e, 1)}, {_arr(e, 2)})"]
+
+
+@lowering("ZerosLike", "OnesLike")
+def _like(e):
+    t = e.ins[0]
+    v = 0 if e.node.op == "ZerosLike" else 1
+    if t.ndim == 0:
+        return [f"{st(t.dtype)}({v})"]
+    return [f"np.{'zeros' if v == 0 else 'ones'}({e.args[0]}.shape, {st(t.dtype)})"]
+
+
+_INT_RANGE = {"int32": (-2.0 ** 31, 2.0 ** 31), "int64": (-2.0 ** 63, 2.0 ** 63)}
+
+
+@lowering("Cast")
+def _cast(e):
+    x, t, out = e.args[0], e.ins[0], e.outs[0]
+    src, dst = t.dtype, out.dtype
+    if src == dst:
+        return [x]
+    if dst == "bool":
+        expr = f"({x} != 0)"
+        return [expr if t.ndim else f"np.bool_({expr})"]
+    if src in ("float32", "float64") and dst in _INT_RANGE:
+        lo, hi = _INT_RANGE[dst]
+        bad = f"np.int64({-(2 ** 31) if dst == 'int32' else -(2 ** 63)})"
+        if t.ndim:
+            raise Unsupported("array casts from float to int are not lowered (numpy's out-of-range values)")
+        return [f"{st(dst)}(H.float_to_int({x}, {lo!r}, {hi!r}, {bad}))"]
+    if t.ndim == 0:
+        return [f"{st(dst)}({x})"]
+    return [f"{x}.astype({st(dst)})"]
+
+
+def _axis(e):
+    """(pre, n, post) expressions and the output shape expression of a reduction over one axis or all."""
+    t = e.ins[0]
+    axis = e.node.attrs.get("axis")
+    keep = e.node.attrs.get("keepdims", False)
+    if isinstance(axis, list):
+        if len(axis) == 1:
+            axis = axis[0]
+        elif sorted(a % max(t.ndim, 1) for a in axis) == list(range(t.ndim)):
+            axis = None
+        else:
+            raise Unsupported("a reduction over several (not all) axes is not lowered")
+    return axis, keep
+
+
+@lowering("Sum", "Prod", "Max", "Min", "All", "Any", "Mean")
+def _reduce(e):
+    t, out = e.ins[0], e.outs[0]
+    op = e.node.op
+    ufunc = {"Sum": np.add, "Mean": np.add, "Prod": np.multiply, "Max": np.maximum, "Min": np.minimum,
+             "All": np.logical_and, "Any": np.logical_or}[op]
+    d = t.dtype
+    kr = e.loop(ufunc, (None, d, None), reduction=True)
+    kb = e.loop(ufunc, (d, d, d))
+    first = op in ("Max", "Min")
+    ident = {"Sum": 0, "Mean": 0, "Prod": 1, "All": True, "Any": False}.get(op, 0)
+    x = e.tmp()
+    e.stmt(f"{x} = {_arr(e, 0)}")
+    axis, keep = _axis(e)
+    nd = max(t.ndim, 1)
+    if axis is None or t.ndim == 0:
+        pre, n, post = "1", f"{x}.size", "1"
+        shape = "(" + "1, " * t.ndim + ")" if keep else None
+        count = f"{x}.size"
+    else:
+        ax = axis % nd
+        dims = [f"{x}.shape[{j}]" for j in range(nd)]
+        pre = " * ".join(["1"] + dims[:ax])
+        n = dims[ax]
+        post = " * ".join(["1"] + dims[ax + 1:])
+        kept = [("1" if j == ax else dims[j]) for j in range(nd)] if keep else dims[:ax] + dims[ax + 1:]
+        shape = "(" + "".join(f"{s}, " for s in kept) + ")" if kept else None
+        count = n
+    r = e.tmp()
+    e.stmt(f"{r} = H.reduce3(LP, {kr}, {kb}, {x}, {pre}, {n}, {post}, {first}, {st(d)}({ident}))")
+    if op == "Mean":
+        if d not in ("float32", "float64"):
+            raise Unsupported("Mean of integers is not lowered")
+        # numpy: the sum divided by np.intp(count) -> computed in float64, cast back
+        e.stmt(f"{r} = ({r}.astype(np.float64) / np.float64({count})).astype({st(d)})")
+    if out.ndim == 0:
+        return [f"{r}[0]"]
+    if shape is None:
+        raise Unsupported("reduction output shape")
+    return [f"{r}.reshape({shape})"]
+
+
+@lowering("MatMul")
+def _matmul(e):
+    a, b = e.ins
+    if a.ndim != 2 or b.ndim != 2:
+        raise Unsupported("MatMul of other than two 2-D arrays is not lowered")
+    ta, tb = e.node.attrs.get("transpose_a", False), e.node.attrs.get("transpose_b", False)
+    k = e.loop(np.matmul, (a.dtype, a.dtype, a.dtype))
+    return [f"P.matmul2d(LP, {k}, {e.args[0]}, {e.args[1]}, {bool(ta)}, {bool(tb)})"]

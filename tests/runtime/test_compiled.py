@@ -1,0 +1,128 @@
+"""Compiled loop frames (dfc/runtime/compiled/): the same bits as the reference interpreter, the node that
+blocks compiling named, errors naming their node, and the disk cache used by a second process.
+
+Each graph here packs many ops into one loop so that one numba compile checks them all (compiling is the
+slow part; the mode matrix in tests/conftest.py runs every other control-flow test compiled too)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import dfc
+from tests.conftest import run_all_modes
+
+pytest.importorskip("numba")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _compiled(g):
+    return dfc.Session(g, compile_loops=True, num_threads=0)
+
+
+def _status(g):
+    return {k: (v["status"], v["blocked_by"]) for k, v in _compiled(g).compiled_frames().items()}
+
+
+def _math_loop(dtype):
+    def f(x, n):
+        def body(i, a, b, c, d):
+            t = x * dfc.cast(i + 1, dtype)
+            a = a + dfc.exp(t * 0.1) + dfc.log(dfc.abs(t) + 1.0) + dfc.tanh(t) + dfc.sigmoid(t)
+            b = b + dfc.sin(t) * dfc.cos(t) + dfc.sqrt(dfc.abs(t)) + t ** 1.5 * 0.01 + dfc.maximum(t, -t * 0.5)
+            c = c + dfc.reduce_sum(t) + dfc.reduce_mean(t, axis=0) + dfc.reduce_sum(t * t, axis=-1, keepdims=True) \
+                + dfc.minimum(t, 0.25) + t // 0.3 + t % 0.7
+            d = d + dfc.where(t > 0.5, t, -t) / (1.0 + dfc.reduce_max(t)) + dfc.reduce_min(t, axis=1)[0]
+            return i + 1, a, b, c, d
+        z = x * 0.0
+        return dfc.while_loop(lambda i, a, b, c, d: i < n, body, (0, z, z, z, z))
+    return f
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_math_and_reductions_give_numpys_bits(dtype):
+    g = dfc.trace(_math_loop(dtype), dfc.TensorSpec([3, 300], dtype), dfc.TensorSpec([], "int32"))
+    assert _status(g) == {"while": ("compiled", None)}
+    x = np.random.default_rng(0).standard_normal((3, 300)).astype(dtype)
+    run_all_modes(g, x, np.int32(4))       # exact agreement with the reference interpreter
+
+
+def test_matmul_int_ops_and_nested_loops_with_conds():
+    def f(w, v, n):
+        def outer(i, h, k):
+            h = dfc.tanh(dfc.matmul(h, w))
+            j, k = dfc.while_loop(lambda j, k: j < i, lambda j, k: (j + 1, dfc.cond(k % 3 == 0, lambda: k // 3,
+                                                                                     lambda: k * 5 + 1)), (0, k))
+            return i + 1, h, k
+        return dfc.while_loop(lambda i, h, k: i < n, outer, (0, v, np.int64(7)))
+    g = dfc.trace(f, dfc.TensorSpec([16, 16], "float32"), dfc.TensorSpec([4, 16], "float32"),
+                  dfc.TensorSpec([], "int64"))
+    st = _status(g)
+    assert st["while"] == ("compiled", None)
+    rng = np.random.default_rng(1)
+    w, v = rng.standard_normal((16, 16)).astype("float32") * 0.3, rng.standard_normal((4, 16)).astype("float32")
+    run_all_modes(g, w, v, np.int64(6))
+
+
+def test_an_op_without_lowering_keeps_the_frame_fused_and_is_named():
+    def f(n):
+        return dfc.while_loop(lambda i, s: i < n,
+                              lambda i, s: (i + 1, s + dfc.reduce_sum(dfc.stack([s, s]))), (0, 1.0))
+    g = dfc.trace(f, dfc.TensorSpec([], "int32"))
+    info = _compiled(g).compiled_frames()["while"]
+    assert info["status"] == "fused"
+    assert g.nodes[info["blocked_by"]].op == "Stack" and "no lowering" in info["reason"]
+    run_all_modes(g, np.int32(5))
+
+
+def test_error_inside_compiled_code_names_the_node():
+    def f(a, b):
+        return dfc.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + a // (b - i)), (0, a))
+    g = dfc.trace(f, dfc.TensorSpec([], "int64"), dfc.TensorSpec([], "int64"))
+    s = _compiled(g)
+    assert int(s.call(np.int64(7), np.int64(10))[1]) == 7 + 0 + 0 + 0
+    with pytest.raises(dfc.DfcError) as e:
+        s.call(np.int64(7), np.int64(1))            # 7 // (1 - 1) in the second iteration
+    floordiv = [n for n in g.nodes.values() if n.op == "FloorDiv"][0].name
+    assert floordiv in str(e.value) and "division by zero" in str(e.value)
+
+
+def test_compile_time_is_reported_and_the_disk_cache_serves_a_second_process(tmp_path):
+    script = textwrap.dedent("""
+        import json, numpy as np, dfc
+        from dfc.runtime import compiled
+        f = lambda x, n: dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s * 0.5 + x), (0, x))
+        g = dfc.trace(f, dfc.TensorSpec([2], "float64"), dfc.TensorSpec([], "int64"))
+        s = dfc.Session(g, compile_loops=True, num_threads=0)
+        out = s.call(np.array([1.0, 2.0]), np.int64(50))
+        info = s.compiled_frames()["while"]
+        print(json.dumps({"out": out[1].tolist(), "stats": compiled.stats(), "secs": info["compile_seconds"]}))
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT, DFC_CACHE_DIR=str(tmp_path))
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=False)
+        assert r.returncode == 0, r.stderr
+        import json
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert runs[0]["out"] == runs[1]["out"]
+    np.testing.assert_allclose(runs[0]["out"], [2.0, 4.0])
+    first, second = runs[0]["stats"], runs[1]["stats"]
+    assert len(first) == len(second) == 1 and first[0]["frame"] == "while"
+    assert first[0]["cached"] is False and second[0]["cached"] is True
+    assert list(runs[0]["secs"].values()) and all(v > 0 for v in runs[0]["secs"].values())
+    assert any(f.startswith("dfc_frame_") for f in os.listdir(tmp_path / "numba"))
+
+
+def test_values_the_compiled_code_cannot_take_run_fused():
+    g = dfc.trace(lambda x, n: dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + x), (0, x)),
+                  dfc.TensorSpec([None], "float64"), dfc.TensorSpec([], "int64"))
+    s = _compiled(g)
+    x = np.arange(6.0)[::2]                       # not contiguous: copied in
+    np.testing.assert_array_equal(s.call(x, np.int64(3))[1], x * 4)
+    ro = np.arange(3.0)
+    ro.flags.writeable = False                    # read-only: copied in, never written
+    np.testing.assert_array_equal(s.call(ro, np.int64(2))[1], ro * 3)
+    assert ro.tolist() == [0.0, 1.0, 2.0]
