@@ -15,6 +15,9 @@ def _b():
 
 
 def constant(value, dtype=None, name=None):
+    """A tensor holding `value` (a number, nested list or numpy array). Python ints become int64 and
+    Python floats the default float (float32 unless dfc.config.set_default_float); numpy values keep
+    their dtype; `dtype` converts (float data to an integer dtype is a DfcTypeError)."""
     return eager.value_of(convert(value, dtype, name=name))    # outside a graph: the numpy value
 
 
@@ -108,6 +111,7 @@ logical_and, logical_or = _binary("LogicalAnd"), _binary("LogicalOr")
 
 
 def divide(x, y):
+    """numpy.true_divide: x / y elementwise with broadcasting; integers are divided as float64 (as numpy)."""
     xx, yy = operands(x, y)
     if xx.dtype not in dt.FLOATS:     # numpy true division of integers gives float64
         xx, yy = cast(xx, "float64"), cast(yy, "float64")
@@ -133,6 +137,7 @@ identity, stop_gradient = _unary("Identity"), _unary("StopGradient")
 
 
 def cast(x, dtype):
+    """x converted to `dtype` (numpy's astype: floats to integers truncate toward zero)."""
     x = convert(x)
     d = dt.as_dtype(dtype)
     return eager.value_of(x) if x.dtype == d else _b().make1("Cast", (x,), {"dtype": d})
@@ -174,10 +179,13 @@ reduce_all, reduce_any = _reducer("All"), _reducer("Any")
 
 
 def argmax(x, axis=-1):
+    """The int64 index of the largest element along `axis` (the first among ties). The default axis is
+    the last one (TF's convention); numpy's argmax flattens instead, and so does t.argmax()."""
     return _b().make1("ArgMax", (convert(x),), {"axis": axis})
 
 
 def argmin(x, axis=-1):
+    """The int64 index of the smallest element along `axis` (the first among ties; default the last axis)."""
     return _b().make1("ArgMin", (convert(x),), {"axis": axis})
 
 
@@ -191,18 +199,24 @@ def _shape_arg(shape):
 
 
 def reshape(x, shape):
+    """numpy.reshape: x's elements in row-major order with `shape` (ints and scalar tensors, or an int64
+    vector tensor; one -1 is inferred)."""
     return _b().make1("Reshape", (convert(x), _shape_arg(shape)))
 
 
 def transpose(x, perm=None):
+    """numpy.transpose: x's axes permuted by `perm` (reversed when None)."""
     return _b().make1("Transpose", (convert(x),), {"perm": None if perm is None else list(perm)})
 
 
 def expand_dims(x, axis):
+    """numpy.expand_dims: x with a new axis of size 1 at position `axis`."""
     return _b().make1("ExpandDims", (convert(x),), {"axis": axis})
 
 
 def squeeze(x, axis=None):
+    """numpy.squeeze: x without its axes of size 1 (only those named by `axis`; naming an axis of another
+    size is an error)."""
     ax = list(axis) if isinstance(axis, (list, tuple)) else axis
     return _b().make1("Squeeze", (convert(x),), {"axis": ax})
 
@@ -217,6 +231,7 @@ def _same_dtype(values):
 
 
 def concat(values, axis=0):
+    """numpy.concatenate: the tensors joined along the existing axis `axis` (dtypes promoted to one)."""
     return _b().make1("Concat", _same_dtype(list(values)), {"axis": axis})
 
 
@@ -248,6 +263,8 @@ def stacked_axis(t, axis):
 
 
 def unstack(x, num=None, axis=0):
+    """The list of x's slices along `axis` (the inverse of stack); `num` is needed when that size is not
+    known while tracing."""
     x = convert(x)
     if num is None:
         if x.shape is None or x.shape[axis] is None:
@@ -262,6 +279,8 @@ def split(x, num, axis=0):
 
 
 def gather(params, indices, axis=0):
+    """numpy.take(params, indices, axis): the slices of params at the integer `indices` (any shape) along
+    `axis`; an index out of range is a DfcError when the graph runs (never clamped)."""
     ind = convert(indices)
     if ind.dtype not in dt.INTS:
         raise DfcTypeError(f"gather indices must be integers, got {ind.dtype}", loc=user_location())
@@ -269,6 +288,8 @@ def gather(params, indices, axis=0):
 
 
 def where(cond, x, y):
+    """numpy.where(cond, x, y): x where cond is true, else y, elementwise with broadcasting (cond is
+    converted to bool; x and y promoted to one dtype)."""
     c = convert(cond)
     if c.dtype != "bool":
         c = cast(c, "bool")
@@ -277,18 +298,23 @@ def where(cond, x, y):
 
 
 def shape(x):
+    """The run-time shape of x as an int64 vector (`x.shape` is the static shape known while tracing)."""
     return _b().make1("Shape", (convert(x),))
 
 
 def size(x):
+    """The number of elements of x, an int64 scalar computed when the graph runs."""
     return _b().make1("Size", (convert(x),))
 
 
 def rank(x):
+    """The number of dimensions of x, an int64 scalar."""
     return _b().make1("Rank", (convert(x),))
 
 
 def fill(dims, value, dtype=None):
+    """A tensor of shape `dims` with every element equal to the scalar `value` (tf.fill; numpy's name is
+    dfc.full)."""
     v = convert(value, dtype)
     return _b().make1("Fill", (_shape_arg(dims), v))
 
@@ -304,20 +330,26 @@ def ones(shape, dtype=None):
 
 
 def zeros_like(x, dtype=None):
+    """numpy.zeros_like: zeros with x's shape and dtype (or `dtype`)."""
     z = _b().make1("ZerosLike", (convert(x),))
     return z if dtype is None else cast(z, dtype)
 
 
 def ones_like(x, dtype=None):
+    """numpy.ones_like: ones with x's shape and dtype (or `dtype`)."""
     o = _b().make1("OnesLike", (convert(x),))
     return o if dtype is None else cast(o, dtype)
 
 
 def broadcast_to(x, shape):
+    """numpy.broadcast_to: x broadcast to `shape` by numpy's rules."""
     return _b().make1("BroadcastTo", (convert(x), _shape_arg(shape)))
 
 
 def range(start, limit=None, delta=1, dtype=None):
+    """Python's range / numpy.arange as a tensor: start, start + delta, ... while < limit (> limit for a
+    negative delta); start is 0 when only one bound is given. Bounds may be tensors; the dtype
+    follows them (Python ints int64, Python floats the default float) unless `dtype` is given."""
     if limit is None:
         start, limit = 0, start
     vals = [eager.lift(start), eager.lift(limit), eager.lift(delta)]
@@ -333,10 +365,13 @@ def range(start, limit=None, delta=1, dtype=None):
 
 
 def softmax(x, axis=-1):
+    """exp(x) / sum(exp(x), axis), computed stably (x minus its maximum first); integers become the
+    default float."""
     return _b().make1("Softmax", (_unary_float(x),), {"axis": axis})
 
 
 def log_softmax(x, axis=-1):
+    """x - log(sum(exp(x), axis)), computed stably; integers become the default float."""
     return _b().make1("LogSoftmax", (_unary_float(x),), {"axis": axis})
 
 
@@ -346,18 +381,24 @@ def _unary_float(x):
 
 
 def one_hot(indices, depth, on_value=1.0, off_value=0.0, dtype=None):
+    """A new last axis of size `depth`: on_value where the position equals the index, off_value elsewhere
+    (an index outside [0, depth) gives a row of off_value, as in TF). `dtype` defaults to the
+    default float."""
     dtype = dtype or config.default_float()
     return _b().make1("OneHot", (convert(indices),), {"depth": int(depth), "dtype": dt.as_dtype(dtype),
                                                        "on": float(on_value), "off": float(off_value)})
 
 
 def random_uniform(shape, minval=0.0, maxval=1.0, dtype=None, seed=0):
+    """Samples uniform in [minval, maxval) of `shape`. Counter-based: the same seed, run and loop
+    iteration give the same numbers on every execution path; each run of the graph draws anew."""
     dtype = dtype or config.default_float()
     return _b().make1("RandomUniform", (_shape_arg(shape),), {"dtype": dt.as_dtype(dtype), "seed": int(seed),
                                                               "a": float(minval), "b": float(maxval)})
 
 
 def random_normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=0):
+    """Samples from a normal distribution (mean, stddev) of `shape`; seeded like random_uniform."""
     dtype = dtype or config.default_float()
     return _b().make1("RandomNormal", (_shape_arg(shape),), {"dtype": dt.as_dtype(dtype), "seed": int(seed),
                                                              "a": float(mean), "b": float(stddev)})
@@ -383,6 +424,9 @@ def print(*values, sep=" ", end="\n"):
 
 
 def Assert(cond, data=None, message=""):
+    """An in-graph assertion: when the graph runs (in program order, like TF's Assert in tf.function),
+    a DfcAssertionError carrying `message` and the values of `data` unless every element of cond
+    is true."""
     c = convert(cond)
     if c.dtype != "bool":
         c = cast(c, "bool")
@@ -415,6 +459,61 @@ def clip(x, a_min=None, a_max=None):
         x = minimum(x, a_max)
     return x
 
+
+
+# Docstrings of the functions made by the factories above (one line of semantics each).
+_DOCS = {
+    "add": "numpy.add: x + y elementwise with broadcasting (numpy's promotion; Python scalars are weak).",
+    "subtract": "numpy.subtract: x - y elementwise with broadcasting.",
+    "multiply": "numpy.multiply: x * y elementwise with broadcasting.",
+    "maximum": "numpy.maximum: the larger of x and y elementwise (NaN if either is NaN); the gradient goes to x on"
+               " ties.",
+    "minimum": "numpy.minimum: the smaller of x and y elementwise (NaN if either is NaN); the gradient goes to x on"
+               " ties.",
+    "floordiv": "numpy.floor_divide: floor(x / y) (-7 // 2 == -4); integer division by zero is a DfcError.",
+    "mod": "numpy.mod: x - floor(x / y) * y, with the sign of y (-7 % 2 == 1); integer modulo by zero is a DfcError.",
+    "pow": "numpy.power: x ** y elementwise; integers to negative integer powers are a DfcError (as numpy).",
+    "less": "numpy.less: x < y elementwise (bool).",
+    "less_equal": "numpy.less_equal: x <= y elementwise (bool).",
+    "greater": "numpy.greater: x > y elementwise (bool).",
+    "greater_equal": "numpy.greater_equal: x >= y elementwise (bool).",
+    "equal": "numpy.equal: x == y elementwise (bool).",
+    "not_equal": "numpy.not_equal: x != y elementwise (bool).",
+    "logical_and": "numpy.logical_and of two bool tensors (both sides are evaluated; `and` in a dfc.function"
+                   " short-circuits).",
+    "logical_or": "numpy.logical_or of two bool tensors (both sides are evaluated).",
+    "logical_not": "numpy.logical_not of a bool tensor.",
+    "negative": "numpy.negative: -x elementwise.",
+    "abs": "numpy.absolute: |x| (the gradient at 0 is 0).",
+    "sign": "numpy.sign: -1, 0 or 1 with x's dtype (no gradient).",
+    "square": "numpy.square: x * x.",
+    "relu": "max(x, 0) elementwise (the gradient at 0 is 0).",
+    "sqrt": "numpy.sqrt (integers become float64, as numpy).",
+    "rsqrt": "1 / sqrt(x) elementwise (integers become float64).",
+    "exp": "numpy.exp: e ** x elementwise (integers become float64).",
+    "log": "numpy.log: the natural logarithm (integers become float64).",
+    "log1p": "numpy.log1p: log(1 + x), exact for small x.",
+    "sin": "numpy.sin, in radians (integers become float64).",
+    "cos": "numpy.cos, in radians (integers become float64).",
+    "tanh": "numpy.tanh elementwise (integers become float64).",
+    "sigmoid": "1 / (1 + exp(-x)), computed stably.",
+    "floor": "numpy.floor (no gradient).",
+    "ceil": "numpy.ceil (no gradient).",
+    "round": "numpy.round: to the nearest integer, halves to even (no gradient).",
+    "reciprocal": "numpy.reciprocal: 1 / x.",
+    "isfinite": "numpy.isfinite: True where x is neither NaN nor infinite (always True for integers).",
+    "identity": "x itself (a node of its own; the gradient passes through).",
+    "stop_gradient": "x itself, but gradients do not flow through it (jax.lax.stop_gradient).",
+    "reduce_sum": "numpy.sum over axis (an int, a tuple, or None for every axis); integers keep their dtype.",
+    "reduce_mean": "numpy.mean over axis; integers become float64.",
+    "reduce_max": "numpy.max over axis (NaN propagates; the gradient is split among ties).",
+    "reduce_min": "numpy.min over axis (NaN propagates; the gradient is split among ties).",
+    "reduce_prod": "numpy.prod over axis; integers keep their dtype.",
+    "reduce_all": "numpy.all over axis: True where every element is true (non-bool input is converted).",
+    "reduce_any": "numpy.any over axis: True where some element is true (non-bool input is converted).",
+}
+for _name, _doc in _DOCS.items():
+    globals()[_name].__doc__ = _doc
 
 # ------------------------------------------------------------------ indexing
 

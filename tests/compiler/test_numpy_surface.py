@@ -309,3 +309,14 @@ def test_outside_a_graph_the_functions_compute_at_once():
     same(dfc.linalg.norm(x, 1), np.linalg.norm(x, 1), exact=False)
     same(dfc.roll(x, 2), np.roll(x, 2))
     same(dfc.pad(x, 1), np.pad(x, 1))
+
+
+def test_every_function_of_the_numpy_surface_has_a_docstring():
+    import inspect
+    from dfc.compiler import linalg, tensor_methods
+    names = [n for n in dfc._OPS + dfc._NUMPY + list(dfc._ALIASES) if callable(getattr(dfc, n))]
+    funcs = [getattr(dfc, n) for n in names] + [getattr(linalg, n) for n in dir(linalg)
+                                               if inspect.isfunction(getattr(linalg, n)) and not n.startswith("_")]
+    funcs += list(tensor_methods.METHODS.values()) + [dfc.Tensor.T, dfc.config.set_default_float]
+    missing = [getattr(f, "__name__", f) for f in funcs if len((f.__doc__ or "").strip()) < 20]
+    assert not missing
