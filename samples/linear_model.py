@@ -16,6 +16,11 @@ graph, restores them (Restore + Assign) and evaluates the restored model.
     dfc run out/train.json --input xs=@xs.npy --input ys=@ys.npy --input steps=100 --json --checkpoint-dir out
     dfc run out/restore_and_evaluate.json --input xs=@xs.npy --input ys=@ys.npy --json --checkpoint-dir out
 
+Inside the loop, `dfc.progress` drives a progress bar (on a terminal, or with `dfc run --progress`) and
+`dfc.summary.scalar` writes the error curve for TensorBoard when a summary writer is set:
+`python samples/linear_model.py --logdir logs` (or `DFC_SUMMARY_DIR=logs dfc run out/train.json ...`),
+then `tensorboard --logdir logs`.
+
 The checkpoint file is $LINEAR_MODEL_CHECKPOINT, by default dfc_linear_model.npz (its path is fixed
 when the graph is built). A relative path is relative to the current directory when the functions run
 in this process, and to the checkpoint directory (`--checkpoint-dir`, default the current directory)
@@ -53,6 +58,8 @@ def train(xs, ys, steps):
     while step < steps:
         w_value, b_value = w.read_value(), b.read_value()        # ReadVariable
         e = error(xs, ys, w_value, b_value)
+        dfc.summary.scalar("error", e, step)                     # TensorBoard, when a writer is set
+        dfc.progress(step + 1, steps, name="train", error=e)     # a bar, on a terminal
         if step == SAVE_AT:
             checkpoint.save(CHECKPOINT)                          # Save: w, b as they are now
         de_dw, de_db = dfc.gradients(e, [w_value, b_value])
@@ -89,9 +96,14 @@ def make_data(n=64, seed=0):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--logdir", default=None, help="write the error curve here for TensorBoard")
     args = p.parse_args(argv)
     xs, ys = make_data()
-    errors, w_final, b_final = train(xs, ys, np.int64(args.steps))
+    if args.logdir:
+        with dfc.summary.create_file_writer(args.logdir).as_default():
+            errors, w_final, b_final = train(xs, ys, np.int64(args.steps))
+    else:
+        errors, w_final, b_final = train(xs, ys, np.int64(args.steps))
     want_errors, want_w, want_b = train_numpy(xs, ys, args.steps)
     assert np.allclose(errors, want_errors) and np.allclose(w_final, want_w) and np.isclose(b_final, want_b)
     print(f"{args.steps} steps in one while loop: error {errors[0]:.4f} -> {errors[-1]:.4f}, "

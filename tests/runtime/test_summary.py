@@ -120,3 +120,18 @@ def test_bad_steps_and_values_are_dfc_errors(tmp_path):
         s.call(np.zeros(0, np.float32))
     with pytest.raises(dfc.DfcError, match="must be a path"):
         dfc.summary.create_file_writer(None)
+
+
+def test_linear_model_sample_writes_its_error_curve(tmp_path):
+    r = clitools.python(f"{clitools.ROOT}/samples/linear_model.py", "--steps", "30", "--logdir", tmp_path / "logs",
+                        cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""                                   # not a terminal: no progress bar
+    acc = read(tmp_path / "logs")
+    assert acc.Tags()["scalars"] == ["error"]
+    got = [(e.step, e.value) for e in acc.Scalars("error")]
+    from tests.samples.test_sample_programs import load
+    m = load("linear_model")
+    want = m.train_numpy(*m.make_data(), 30)[0]
+    assert [s for s, _ in got] == list(range(30))
+    np.testing.assert_allclose([v for _, v in got], want, rtol=1e-6)     # float32 in the event file
