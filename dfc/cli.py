@@ -265,7 +265,7 @@ def _parse_device_map(items):
 @click.option("--fused", is_flag=True, help="Print the Python generated for each fused loop frame.")
 @click.option("--device-map", "device_map", multiple=True, metavar="FROM=TO", help="As for `dfc run`.")
 def show_cmd(graph_file, partitions, fused, device_map):
-    """Print one line per node."""
+    """Print one line per node, ending with the user's variable and file:line that built it."""
     from dfc.ir.serialize import load
     dmap = _parse_device_map(device_map)
     g = load(graph_file)
@@ -312,9 +312,11 @@ def _compile_status(session):
 @main.command("viz")
 @click.argument("graph_file", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False),
-              help="graph.dot, graph.mmd (mermaid) or graph.svg (needs graphviz's dot).")
+              help="graph.dot (Graphviz), graph.mmd (Mermaid) or graph.svg (laid out in Python; "
+                   "needs `pip install 'dfc[viz]'`, not Graphviz).")
 def viz_cmd(graph_file, out):
-    """Draw the graph with frames as clusters."""
+    """Draw the graph: loops, conds and their branches as clusters, nodes labelled with the
+    user's variable names and source lines."""
     from dfc.ir.serialize import load
     from dfc.ir.viz import write_picture
     write_picture(load(graph_file), out)

@@ -25,12 +25,15 @@ def parse_input(ref):
 
 
 class Node:
-    __slots__ = ("name", "op", "inputs", "attrs", "device", "loc")
+    """One operation. `loc` is the user's "file.py:line" that built it and `var` the user's
+    variable (or parameter) its value was assigned to, when known: debugging information for
+    messages, `dfc show` and `dfc viz`; neither changes what the node computes."""
+    __slots__ = ("name", "op", "inputs", "attrs", "device", "loc", "var")
 
-    def __init__(self, name, op, inputs=(), attrs=None, device=None, loc=None):
+    def __init__(self, name, op, inputs=(), attrs=None, device=None, loc=None, var=None):
         self.name, self.op, self.inputs = name, op, list(inputs)
         self.attrs = dict(attrs or {})
-        self.device, self.loc = device, loc
+        self.device, self.loc, self.var = device, loc, var
 
     @property
     def data_inputs(self):

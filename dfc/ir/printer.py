@@ -1,4 +1,6 @@
 """One line per node: `%mul_3 = Mul(%x, %w) : float32[3] @cpu:0 [frame=while_1]`."""
+import os
+
 from dfc.ir.graph import ROOT_FRAME, parse_input
 
 
@@ -13,6 +15,15 @@ def _attr(v):
     if hasattr(v, "dtype") and hasattr(v, "shape"):
         return repr(v.tolist()) if v.size <= 4 else f"<{v.dtype}{list(v.shape)}>"
     return repr(v)
+
+
+def source_location(n):
+    """'z @ file.py:12': the user's variable and file:line that built node n (as known), or ''."""
+    loc = os.path.basename(n.loc) if n.loc else ""
+    var = getattr(n, "var", None)
+    if var and loc:
+        return f"{var} @ {loc}"
+    return var or loc
 
 
 def graph_text(g):
@@ -37,6 +48,9 @@ def graph_text(g):
             line += f" @{n.device}"
         if frame_of.get(n.name, ROOT_FRAME) != ROOT_FRAME:
             line += f" [frame={frame_of[n.name]}]"
+        where = source_location(n)
+        if where:
+            line += f"  # {where}"
         lines.append(line)
     outs = g.signature.get("outputs")
     lines.append(f"# outputs {outs}")

@@ -74,6 +74,8 @@ def to_json(g):
             d["device"] = n.device
         if n.loc:
             d["loc"] = n.loc
+        if n.var:
+            d["var"] = n.var
         nodes.append(d)
     doc = {"format": FORMAT, "version": VERSION, "signature": g.signature, "nodes": nodes}
     return json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
@@ -138,13 +140,14 @@ def _node_from_json(d, i):
         raise DfcGraphError("'attrs' must be an object", node=name)
     opdef = opreg.get(op)
     decoded = {k: _decode_attr(opdef.attrs[k][0], v, name) if k in opdef.attrs else v for k, v in attrs.items()}
-    for key in ("device", "loc"):
+    for key in ("device", "loc", "var"):
         if d.get(key) is not None and not isinstance(d[key], str):
             raise DfcGraphError(f"'{key}' must be a string", node=name)
-    extra = set(d) - {"name", "op", "inputs", "attrs", "device", "loc"}
+    extra = set(d) - {"name", "op", "inputs", "attrs", "device", "loc", "var"}
     if extra:
         raise DfcGraphError(f"unknown node field(s) {', '.join(sorted(map(repr, extra)))}", node=name)
-    return Node(name, op, inputs, opreg.canonical_attrs(op, decoded, name), d.get("device"), d.get("loc"))
+    return Node(name, op, inputs, opreg.canonical_attrs(op, decoded, name), d.get("device"), d.get("loc"),
+                d.get("var"))
 
 
 def save(g, path):

@@ -13,6 +13,7 @@ import functools
 import inspect
 import os
 import random
+import sys
 import sysconfig
 import warnings
 
@@ -82,6 +83,8 @@ def converted_call(f, args, kwargs=None):
     if special is not None:
         return special(*args, **kwargs)
     target = _conversion_target(f)
+    if target is not None:
+        _record_callee(f, sys._getframe(1).f_code.co_filename)
     if target is None:
         changed = loop_scope.is_mutator(f)
         if changed is not None:
@@ -92,6 +95,28 @@ def converted_call(f, args, kwargs=None):
         args = tuple(tensor_list.stacked(a) for a in args)
         return f(*args, **kwargs)
     return target(*args, **kwargs)
+
+
+def _record_callee(f, caller_filename):
+    """Note (for f.code) which user function the converted code in caller_filename called."""
+    from dfc.compiler.autograph import conversion
+    from dfc.compiler.autograph.function import Function
+    while isinstance(f, functools.partial):
+        f = f.func
+    if inspect.ismethod(f):
+        f = f.__func__
+    if isinstance(f, Function):
+        f = f.python_function
+    if not inspect.isfunction(f):
+        f = getattr(type(f), "__call__", None)
+    if inspect.isfunction(f) and caller_filename.startswith("<dfc:"):
+        conversion.record_callee(caller_filename, f)
+
+
+def user_function(fn):
+    """Whether fn is a user function that converted_call converts."""
+    return (inspect.isfunction(fn) and not is_library(fn) and not inspect.isgeneratorfunction(fn)
+            and not inspect.iscoroutinefunction(fn))
 
 
 def _warn_if_random(f):

@@ -11,7 +11,7 @@ import types
 
 import gast
 
-from dfc.compiler.autograph import analysis, origin, parser, templates
+from dfc.compiler.autograph import analysis, origin, parser, templates, var_names
 from dfc.compiler.autograph.converters import (asserts, break_continue, call_trees, checks,
                                                control_flow, deletes, lists, logical, returns)
 from dfc.compiler.autograph.naming import Namer
@@ -64,6 +64,7 @@ def convert_code(fn):
     if hit is not None:
         return hit
     node = parser.parse_function(fn)
+    var_names.record_function(node)
     if isinstance(node, gast.Lambda):
         name = f"lambda__{next(_lambda_counter)}"
         body = templates.replace("return expr", expr=node.body)
@@ -143,3 +144,72 @@ def instantiate(fn, converted):
 def convert(fn):
     """The converted version of the plain Python function fn."""
     return instantiate(fn, convert_code(fn))
+
+
+# generated filename of converted code -> {callee code object: callee function}: the user
+# functions that code called through converted_call while it was traced (calls.py records them).
+CALLEES = {}
+
+
+def record_callee(caller_filename, fn):
+    """Remember that the converted code in `caller_filename` called user function fn."""
+    CALLEES.setdefault(caller_filename, {}).setdefault(fn.__code__, fn)
+
+
+def source_with_callees(fn):
+    """The converted source of fn, then that of every user function it calls (found by name in
+    its globals and closure, or seen called while it was traced), each converted callee once,
+    headed by a comment naming its file:line."""
+    from dfc.compiler.autograph import calls
+    parts, seen, todo = [], set(), [fn]
+    while todo:
+        f = todo.pop(0)
+        if f.__code__ in seen:
+            continue
+        seen.add(f.__code__)
+        try:
+            converted = convert_code(f)
+        except Exception:      # noqa: BLE001 - a callee that cannot be converted runs as it is
+            if f is fn:
+                raise
+            continue
+        if f is not fn:
+            where = f"{f.__code__.co_filename}:{f.__code__.co_firstlineno}"
+            parts.append(f"\n# ---- converted callee {f.__qualname__} ({where})\n")
+        parts.append(converted.source)
+        found = list(_named_callees(f)) + list(CALLEES.get(converted.filename, {}).values())
+        todo.extend(c for c in found if c.__code__ not in seen and calls.user_function(c))
+    return "".join(parts)
+
+
+def _named_callees(fn):
+    """User functions fn calls by a global or closure name (or module.name)."""
+    try:
+        node = parser.parse_function(fn)
+    except parser.SourceUnavailable:
+        return
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+    for call in gast.walk(node):
+        if not isinstance(call, gast.Call):
+            continue
+        target = _resolve(call.func, fn.__globals__, cells)
+        from dfc.compiler.autograph.function import Function
+        if isinstance(target, Function):
+            target = target.python_function
+        if isinstance(target, types.FunctionType):
+            yield target
+
+
+def _resolve(expr, globals_, cells):
+    if isinstance(expr, gast.Name):
+        if expr.id in cells:
+            try:
+                return cells[expr.id].cell_contents
+            except ValueError:      # an empty cell
+                return None
+        return globals_.get(expr.id)
+    if isinstance(expr, gast.Attribute):
+        owner = _resolve(expr.value, globals_, cells)
+        if isinstance(owner, types.ModuleType):
+            return getattr(owner, expr.attr, None)
+    return None

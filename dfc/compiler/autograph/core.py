@@ -21,10 +21,13 @@ def current_builder():
 def trace(fn, args, kwargs, name):
     """tracing.trace; a Python error raised by the user's code is re-raised as a DfcError naming
     the user's file:line, with a hint (user_errors.translate); the converted code's traceback is
-    kept as the error's `original`."""
-    from dfc.compiler.autograph import user_errors
+    kept as the error's `original`. The graph's nodes are labelled with the user's variable names
+    (var_names.label)."""
+    from dfc.compiler.autograph import user_errors, var_names
     try:
-        return tracing.trace(fn, tuple(args), kwargs, name=name)
+        graph = tracing.trace(fn, tuple(args), kwargs, name=name)
+        var_names.label(graph)
+        return graph
     except DfcError:
         raise
     except Exception as e:

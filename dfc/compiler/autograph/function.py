@@ -69,8 +69,9 @@ class Function:
 
     @property
     def code(self):
-        """The converted source of the function, as readable Python."""
-        return conversion.convert_code(self.python_function).source
+        """The converted source of the function, as readable Python, followed by that of every
+        user function it calls (converted too)."""
+        return conversion.source_with_callees(self.python_function)
 
     def __get__(self, instance, owner=None):
         if instance is None:
