@@ -1,11 +1,14 @@
-"""Run every benchmark, write benchmarks/results/*.json and benchmarks/results/table.md.
+"""Run every benchmark, write benchmarks/results/latest.json and benchmarks/results/table.md.
 
-    python -m benchmarks [--quick] [--skip-competitors] [--only loop,lstm,unroll,pi,devices,swap]
+    pip install -e '.[bench]'          # jax and torch (CPU) for the comparisons
+    python -m benchmarks [--quick] [--only trivial,ode,hmc,gru,fixed,lstm,unroll,pi,loop,devices,swap]
+                         [--install-competitors]     # TensorFlow too, in benchmarks/.venv-competitors
 
-Competitors (tensorflow-cpu, jax, torch) are installed into benchmarks/.venv-competitors by this
-command, never as dfc dependencies; one that cannot be installed is reported as such. Every
-comparison is made in the same run, as medians of >= 5 repetitions after warm-up, and reported as
-ratios.
+Each workload is written the natural way in each system and run in the same process, timed
+round-robin until the spread is known (benchmarks/harness.py); the table gives median, p25-p75 and
+min-max over the repeats, and the conditions (cores, BLAS threads, versions, load) it ran under.
+A system that is missing or refuses a workload (JAX's reverse mode through while_loop) is a row
+saying so.
 """
 import argparse
 import json
@@ -18,6 +21,7 @@ import tracemalloc
 import numpy as np
 
 from benchmarks import competitors, devices, loop_overhead, parallel_iterations, swapping
+from benchmarks import fixed_point, gru, harness, hmc, ode, trivial_loop
 from benchmarks import lstm as dfc_lstm
 from benchmarks.lstm_problem import SIZES, make_inputs, numpy_loss_and_grads, max_rel_error
 
@@ -27,17 +31,19 @@ RESULTS = os.path.join(HERE, "results")
 
 def machine():
     return {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
-            "date": time.strftime("%Y-%m-%d")}
+            "cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(), "numpy": np.__version__,
+            "date": time.strftime("%Y-%m-%d"), "conditions": harness.conditions()}
 
 
 def bench_loop(reps, avail):
+    """dfc's own execution paths on `i = i + 1` (the comparison with other systems is the trivial-loop
+    workload, whose body no compiler can fold)."""
     r = loop_overhead.main(["--iterations", "100000", "--reps", str(reps)])
     rows = {"dfc in-graph (fused, threads)": r["threads"]["iterations_per_s"],
             "dfc in-graph (executor node by node, unfused)": r["executor"]["iterations_per_s"],
             "dfc in-graph (reference interpreter)": r["reference"]["iterations_per_s"],
             "dfc out-of-graph (Python loop, 1-step graph)": r["out_of_graph"]["iterations_per_s"]}
-    for name in ("tensorflow", "jax", "torch"):
+    for name in ():
         if not avail.get(name):
             rows[f"{name}: not installed"] = None
             continue
@@ -57,8 +63,14 @@ def bench_lstm(size, reps, avail):
     dW, db = d.pop("grads")
     _, ref_dW, ref_db = numpy_loss_and_grads(x, W, b)
     rows = {"numpy (hand-written BPTT)": {"ms_per_step": d["numpy_ms_per_step"], "max_rel_error": 0.0},
-            "dfc (while_loop + dfc.gradients)": {"ms_per_step": d["ms_per_step"],
-                                                 "max_rel_error": d["max_rel_error_vs_numpy"]}}
+            "dfc (while_loop + dfc.gradients)": {"ms_per_step": d["ms_per_step"], "p25_ms": d["p25_ms"],
+                                                 "p75_ms": d["p75_ms"], "max_rel_error": d["max_rel_error_vs_numpy"]}}
+    if harness.compiled_available():
+        c = dfc_lstm.run(size, reps, compile_loops=True)
+        rows["dfc compiled (numba)"] = {"ms_per_step": c["ms_per_step"], "p25_ms": c["p25_ms"],
+                                        "p75_ms": c["p75_ms"], "max_rel_error": c["max_rel_error_vs_numpy"]}
+    else:
+        rows["dfc compiled (numba)"] = {"error": "not in this checkout"}
     for name in ("tensorflow", "jax", "torch"):
         label = {"tensorflow": "TensorFlow (tf.function + while_loop)", "jax": "JAX (jit + scan + grad)",
                  "torch": "PyTorch eager"}[name]
@@ -76,15 +88,17 @@ def bench_lstm(size, reps, avail):
 
 
 def bench_unroll(reps):
+    """Figure 14: the dynamic loop and the static unrolling on the same execution path (the executor node
+    by node with its pool: an unrolled graph has no loop to fuse), plus the dynamic loop fused."""
     cfg = dict(H=64, B=16, T=50)
     x, W, b = make_inputs(**cfg)
     rows = {}
-    for unrolled in (False, True):
+    for unrolled, fuse in ((False, False), (True, False), (False, True)):
         t0 = time.perf_counter()
         g = dfc_lstm.build(cfg["H"], cfg["B"], cfg["T"], unrolled)
         build_s = time.perf_counter() - t0
         import dfc
-        s = dfc.Session(g, mode="threads")
+        s = dfc.Session(g, mode="threads", fuse_loops=fuse)
         s.call(x, W, b)
         ts = []
         for _ in range(reps):
@@ -95,9 +109,11 @@ def bench_unroll(reps):
         s.call(x, W, b)
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        rows["static unrolling (Python loop)" if unrolled else "dynamic while_loop"] = {
-            "ms_per_step": statistics.median(ts) * 1e3, "peak_mb": peak / 2 ** 20, "nodes": g.num_nodes(),
-            "build_s": build_s}
+        q = statistics.quantiles(ts, n=4)
+        name = ("static unrolling (Python loop)" if unrolled else "dynamic while_loop") + \
+            (", fused (default path)" if fuse else ", executor node by node")
+        rows[name] = {"ms_per_step": statistics.median(ts) * 1e3, "p25_ms": q[0] * 1e3, "p75_ms": q[2] * 1e3,
+                      "peak_mb": peak / 2 ** 20, "nodes": g.num_nodes(), "build_s": build_s}
     return rows
 
 
@@ -109,10 +125,21 @@ def fmt(v, unit=""):
     return f"{v:,.0f}{unit}" if v >= 100 else f"{v:.3g}{unit}"
 
 
+WORKLOADS = (("trivial", trivial_loop), ("ode", ode), ("hmc", hmc), ("gru", gru), ("fixed", fixed_point))
+
+
 def table(res):
-    L = [f"Machine: {res['machine']['cpus']} cores {res['machine']['processor']}, Python "
-         f"{res['machine']['python']}, numpy {res['machine']['numpy']}, {res['machine']['date']}; "
-         f"competitors: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in res["competitors"].items()), ""]
+    c = res["machine"]["conditions"]
+    L = [f"Machine: {res['machine']['cpus']} cores {res['machine']['processor']}, {res['machine']['date']}; "
+         f"BLAS threads: {c['blas_threads']}; versions: "
+         + ", ".join(f"{k} {v or 'not installed'}" for k, v in c["versions"].items())
+         + f"; LSTM competitors: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in res["competitors"].items())
+         + f". 1-minute load average at start {c['load_avg_at_start']:.1f}"
+         + (f", at end {res['load_avg_at_end']:.1f}" if "load_avg_at_end" in res else "")
+         + " (the machine is shared: other processes take cores).", ""]
+    for key, mod in WORKLOADS:
+        if key in res:
+            L.append(mod.report(res[key]))
     if "loop" in res:
         base = res["loop"]["dfc in-graph (fused, threads)"]
         L += ["### Loop overhead (while loop, body `i = i + 1`, 100 000 iterations)", "",
@@ -129,29 +156,27 @@ def table(res):
         base = res[key]["numpy (hand-written BPTT)"]["ms_per_step"]
         L += [f"### LSTM training step, {size}: H={cfg['H']} B={cfg['B']} T={cfg['T']}, float32 "
               f"(forward + gradients of all weights)", "",
-              "| system | ms/step | µs/iteration | ÷ numpy | max rel. error of grads vs numpy |",
+              "| system | ms/step median (p25–p75) | µs/iteration | ÷ numpy | max rel. error of grads vs numpy |",
               "|---|---|---|---|---|"]
         for k, v in res[key].items():
             if "ms_per_step" not in v:
                 L.append(f"| {k} | {v.get('error')} | | | |")
                 continue
             ms = v["ms_per_step"]
-            L.append(f"| {k} | {ms:.1f} | {ms * 1e3 / cfg['T']:.0f} | {ms / base:.2f}× | "
+            spread = f" ({v['p25_ms']:.1f}–{v['p75_ms']:.1f})" if "p25_ms" in v else ""
+            L.append(f"| {k} | {ms:.1f}{spread} | {ms * 1e3 / cfg['T']:.0f} | {ms / base:.2f}× | "
                      f"{v.get('max_rel_error', 0):.1e} |")
         L.append("")
     if "unroll" in res:
-        L += ["### Dynamic loop vs static unrolling in dfc (LSTM H=64 B=16 T=50, training step)", "",
-              "| graph | nodes | build s | ms/step | peak MiB (tracemalloc) |", "|---|---|---|---|---|"]
+        L += ["### Dynamic loop vs static unrolling in dfc (Figure 14 shape; LSTM H=64 B=16 T=50, training step)", "",
+              "| graph, execution path | nodes | build s | ms/step median (p25–p75) | peak MiB (tracemalloc) |",
+              "|---|---|---|---|---|"]
         for k, v in res["unroll"].items():
-            L.append(f"| {k} | {v['nodes']} | {v['build_s']:.2f} | {v['ms_per_step']:.1f} | {v['peak_mb']:.1f} |")
+            L.append(f"| {k} | {v['nodes']} | {v['build_s']:.2f} | {v['ms_per_step']:.1f} ({v['p25_ms']:.1f}–"
+                     f"{v['p75_ms']:.1f}) | {v['peak_mb']:.1f} |")
         L.append("")
     if "pi" in res:
-        L += ["### parallel_iterations sweep (independent matmul chains per iteration, general executor)", "",
-              "| parallel_iterations | iterations/s | ÷ pi=1 |", "|---|---|---|"]
-        base = res["pi"]["1"]
-        for k, v in res["pi"].items():
-            L.append(f"| {k} | {v:.0f} | {v / base:.2f}× |")
-        L.append("")
+        L.append(parallel_iterations.report(res["pi"]))
     if "devices" in res:
         L += ["### Loop with a trivial body split over cpu devices (Figure 11 shape, 2 000 iterations)", "",
               "| devices | independent it/s | with barrier it/s |", "|---|---|---|"]
@@ -166,18 +191,22 @@ def table(res):
     if "swap" in res:
         sw = res["swap"]
         L += [f"### Memory swapping on accel:0 (paper's Table 1 shape): LSTM B={sw['batch']} H={sw['hidden']}, "
-              f"capacity {sw['capacity_bytes'] / 2 ** 20:.0f} MiB", "",
-              "| T | no swap: ms/iteration | swap: ms/iteration (peak MiB) |", "|---|---|---|"]
+              f"capacity {sw['capacity_bytes'] / 2 ** 20:.0f} MiB, {sw['reps']} runs per cell", "",
+              "| T | no swap: ms/iteration median (p25–p75) | swap: ms/iteration median (p25–p75), peak MiB | "
+              "swap ÷ no swap − 1 |", "|---|---|---|---|"]
         for r in sw["rows"]:
             def cell(v, peak=False):
                 if v == "OOM":
                     return "out of memory"
-                return f"{v['ms_per_iteration']:.2f}" + (f" ({v['peak_bytes'] / 2 ** 20:.1f})" if peak else "")
-            L.append(f"| {r['length']} | {cell(r['no_swap'])} | {cell(r['swap'], True)} |")
-        ov = sw.get("median_overhead_where_both_fit")
+                return (f"{v['ms_per_iteration']:.2f} ({v['p25']:.2f}–{v['p75']:.2f})"
+                        + (f", {v['peak_bytes'] / 2 ** 20:.1f}" if peak else ""))
+            ov = f"{r['overhead'] * 100:+.0f}%" if "overhead" in r else "—"
+            L.append(f"| {r['length']} | {cell(r['no_swap'])} | {cell(r['swap'], True)} | {ov} |")
+        ov, rng = sw.get("median_overhead_where_both_fit"), sw.get("overhead_range_where_both_fit")
         L += ["", f"Longest sequence: {sw['longest']['no_swap']} without swapping, {sw['longest']['swap']} with "
-              f"swapping" + (f"; swapping costs {ov * 100:+.1f}% per iteration where both fit." if ov is not None
-                             else "."), ""]
+              f"swapping" + (f"; where both fit (T = {', '.join(map(str, sw['lengths_where_both_fit']))}) swapping "
+                             f"costs {ov * 100:+.0f}% per iteration (median over lengths; range {rng[0] * 100:+.0f}% "
+                             f"to {rng[1] * 100:+.0f}%)." if ov is not None else "."), ""]
     return "\n".join(L)
 
 
@@ -190,30 +219,42 @@ def save(res):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="small sizes only, 5 repetitions")
-    ap.add_argument("--skip-competitors", action="store_true")
-    ap.add_argument("--only", default="loop,lstm,unroll,pi,devices,swap")
+    ap.add_argument("--quick", action="store_true", help="small sizes only, fewer repetitions")
+    ap.add_argument("--install-competitors", action="store_true",
+                    help="install tensorflow-cpu, jax and torch into benchmarks/.venv-competitors for the LSTM rows")
+    ap.add_argument("--only", default="trivial,ode,hmc,gru,fixed,lstm,unroll,pi,loop,devices,swap")
     a = ap.parse_args(argv)
     only = set(a.only.split(","))
     os.makedirs(RESULTS, exist_ok=True)
-    avail = {} if a.skip_competitors else competitors.ensure()
+    avail = competitors.ensure(install=a.install_competitors)
     res = {"machine": machine(), "competitors": avail}
     reps = 5
-    sections = [("loop", lambda: bench_loop(reps, avail)),
+    wl = ["--reps", str(reps)] + (["--budget", "5"] if a.quick else [])
+    sections = [("trivial", lambda: trivial_loop.main(wl + (["--iterations", "20000"] if a.quick else []))),
+                ("ode", lambda: ode.main(wl)),
+                ("hmc", lambda: hmc.main(wl + (["--samples", "60"] if a.quick else []))),
+                ("gru", lambda: gru.main(wl)),
+                ("fixed", lambda: fixed_point.main(wl)),
                 ("lstm_small", lambda: bench_lstm("small", reps, avail)),
                 ("lstm_large", lambda: None if a.quick else bench_lstm("large", reps, avail)),
                 ("unroll", lambda: bench_unroll(reps)),
-                ("pi", lambda: {str(k): v for k, v in parallel_iterations.sweep().items()}),
+                ("pi", lambda: parallel_iterations.run_subprocess(**({"size": 384, "n_iter": 8, "rounds": 3}
+                                                                      if a.quick else {}))),
+                ("loop", lambda: bench_loop(reps, avail)),
                 ("devices", lambda: devices.main(["--pipeline-iterations", "60"])),
-                ("swap", lambda: swapping.main([]))]
+                ("swap", lambda: swapping.main(["--capacity-mb", "32", "--reps", "3" if a.quick else "5",
+                                                "--lengths", "25,50,100,150,200,300,400,600,800"]))]
     for key, fn in sections:
         if key.split("_")[0] not in only:
             continue
+        print(f"== {key}", flush=True)
         value = fn()
         if value is not None:
             res[key] = value
+            res["load_avg_at_end"] = os.getloadavg()[0]
             save(res)           # keep what is done if a later section fails
     print(table(res))
+
 
 if __name__ == "__main__":
     main()

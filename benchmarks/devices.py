@@ -17,7 +17,8 @@ import argparse
 import json
 import os
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+if __name__ == "__main__":     # run alone: single-threaded BLAS (too late once numpy is loaded, so not on import)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 

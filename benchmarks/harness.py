@@ -15,6 +15,9 @@ import time
 
 import numpy as np
 
+# PyTorch's OpenMP threads spin after each op by default, taking cores from whatever is timed next in
+# the round-robin; passive waiting keeps the comparison fair (set before torch is imported).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 def versions():
     out = {"python": platform.python_version(), "numpy": np.__version__}
@@ -28,7 +31,8 @@ def versions():
 
 def blas_threads():
     """The BLAS thread settings of this process's environment (as numpy's OpenBLAS reads them)."""
-    return {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    return {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                           "OMP_WAIT_POLICY")
             if os.environ.get(k) is not None} or "library default (all cores)"
 
 

@@ -10,13 +10,13 @@ sequence each setting reaches. Every completed run's gradients are checked again
 import argparse
 import json
 import os
+import statistics
+import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 
 import dfc
-from benchmarks.bench_util import median_time
 
 
 def lstm_graph(batch, hidden, swap, device):
@@ -77,10 +77,15 @@ def main(argv=None):
                 got = s.call(*a)
                 for g, w in zip(got, want):
                     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
-                t = median_time(lambda s=s, a=a: s.call(*a), args.reps)
+                ts = []
+                for _ in range(args.reps):
+                    t0 = time.perf_counter()
+                    s.call(*a)
+                    ts.append((time.perf_counter() - t0) / T * 1e3)
                 st = s.memory_stats()["accel:0"]
-                row[key] = {"ms_per_iteration": t / T * 1e3, "peak_bytes": st["peak"],
-                            "swapped_out": st["swap"]["swapped_out"]}
+                q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [ts[0]] * 3
+                row[key] = {"ms_per_iteration": statistics.median(ts), "p25": q[0], "p75": q[2],
+                            "peak_bytes": st["peak"], "swapped_out": st["swap"]["swapped_out"]}
             except dfc.DfcOutOfMemory:
                 row[key] = "OOM"
         rows.append(row)
@@ -90,9 +95,13 @@ def main(argv=None):
     longest = {k: max([r["length"] for r in rows if r[k] != "OOM"], default=0) for k in ("no_swap", "swap")}
     both = [r for r in rows if r["no_swap"] != "OOM" and r["swap"] != "OOM"]
     overhead = [r["swap"]["ms_per_iteration"] / r["no_swap"]["ms_per_iteration"] - 1 for r in both]
+    for r in both:
+        r["overhead"] = r["swap"]["ms_per_iteration"] / r["no_swap"]["ms_per_iteration"] - 1
     res = {"capacity_bytes": cap, "batch": args.batch, "hidden": args.hidden, "mode": args.mode,
            "threshold": args.threshold, "rows": rows, "longest": longest,
-           "median_overhead_where_both_fit": float(np.median(overhead)) if overhead else None}
+           "median_overhead_where_both_fit": float(np.median(overhead)) if overhead else None,
+           "overhead_range_where_both_fit": [float(min(overhead)), float(max(overhead))] if overhead else None,
+           "lengths_where_both_fit": [r["length"] for r in both], "reps": args.reps}
     print(f"capacity {args.capacity_mb} MiB: longest sequence without swapping {longest['no_swap']}, "
           f"with swapping {longest['swap']}"
           + (f"; swapping costs {res['median_overhead_where_both_fit'] * 100:+.1f}% per iteration where both fit"

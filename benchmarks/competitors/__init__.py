@@ -1,4 +1,7 @@
-"""Competitor systems run in their own virtual environment, never as dfc dependencies."""
+"""Competitor systems for the LSTM comparison, each run in a subprocess: by default with this interpreter
+(jax and torch come with dfc's `bench` extra: pip install -e '.[bench]'); with --install-competitors,
+in benchmarks/.venv-competitors, where tensorflow-cpu, jax and torch are installed (never dfc
+dependencies)."""
 import json
 import os
 import subprocess
@@ -11,12 +14,20 @@ SCRIPTS = {"tensorflow": "tf_bench.py", "jax": "jax_bench.py", "torch": "torch_b
 IMPORTS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 
 
+USE_VENV = False
+
+
 def python():
-    return os.path.join(VENV, "bin", "python")
+    return os.path.join(VENV, "bin", "python") if USE_VENV else sys.executable
 
 
-def ensure(log=print):
-    """Create the venv and install each competitor; return {name: version or None}."""
+def ensure(log=print, install=False):
+    """{name: version or None} of each competitor in the interpreter python() names; with install, create
+    benchmarks/.venv-competitors and install them there first (and use it from then on)."""
+    global USE_VENV
+    if not install:
+        return {name: _version(name) for name in PACKAGES}
+    USE_VENV = True
     if not os.path.exists(python()):
         log(f"creating {VENV}")
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
