@@ -193,7 +193,7 @@ class _Layout:
                     e.view.points = [(x + shift, y) for x, y in e.view.points]
             x0 = max(v.view.xy[0] + v.view.w / 2 for v in comp.sV) + X_SPACE * 2
         top = LABEL_H + CLUSTER_PAD if cluster.kind != "root" else CLUSTER_PAD
-        left = CLUSTER_PAD
+        left = BACK_ROOM if cluster.kind in ("loop", "root") else CLUSTER_PAD   # back-edge arcs
         if vertices:
             min_y = min(v.view.xy[1] - v.view.h / 2 for v in vertices.values())
         else:
@@ -324,9 +324,14 @@ def _edge(layout, nodes, src, dst, port, ctrl):
     title = f"<title>{_text(src)}:{port} -> {_text(dst)}</title>" if not ctrl else \
         f"<title>^{_text(src)} -> {_text(dst)}</title>"
     if (src, dst) in layout.back or sy >= dy + dh:       # an edge going up: an arc on the right
-        x1, y1 = sx + sw, sy + sh / 2
-        x2, y2 = dx + dw, dy + dh / 2
-        bulge = max(x1, x2) + BACK_ROOM * 0.8
+        cx, _, cw, _ = layout.clusters_abs[layout.owner[dst].key]
+        if sx + sw / 2 + dx + dw / 2 < 2 * cx + cw:      # left of the cluster's middle: arc on the left
+            x1, x2 = sx, dx
+            bulge = min(x1, x2) - BACK_ROOM * 0.8
+        else:
+            x1, x2 = sx + sw, dx + dw
+            bulge = max(x1, x2) + BACK_ROOM * 0.8
+        y1, y2 = sy + sh / 2, dy + dh / 2
         color = "#3b6fb6" if (src, dst) in layout.back else "#999"
         return (f'<path class="edge back" d="M{x1:.1f},{y1:.1f} C{bulge:.1f},{y1:.1f} '
                 f'{bulge:.1f},{y2:.1f} {x2:.1f},{y2:.1f}" stroke="{color}" stroke-width="1.1" '
