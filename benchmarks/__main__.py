@@ -223,11 +223,17 @@ def main(argv=None):
     ap.add_argument("--install-competitors", action="store_true",
                     help="install tensorflow-cpu, jax and torch into benchmarks/.venv-competitors for the LSTM rows")
     ap.add_argument("--only", default="trivial,ode,hmc,gru,fixed,lstm,unroll,pi,loop,devices,swap")
+    ap.add_argument("--merge", action="store_true", help="update these sections of results/latest.json, keep the rest")
     a = ap.parse_args(argv)
     only = set(a.only.split(","))
     os.makedirs(RESULTS, exist_ok=True)
     avail = competitors.ensure(install=a.install_competitors)
     res = {"machine": machine(), "competitors": avail}
+    if a.merge and os.path.exists(os.path.join(RESULTS, "latest.json")):
+        with open(os.path.join(RESULTS, "latest.json")) as f:
+            old = json.load(f)
+        res = dict(old, **{k: v for k, v in res.items() if k != "machine"})
+        res["reruns"] = old.get("reruns", []) + [{"sections": a.only, "conditions": machine()["conditions"]}]
     reps = 5
     wl = ["--reps", str(reps)] + (["--budget", "5"] if a.quick else [])
     sections = [("trivial", lambda: trivial_loop.main(wl + (["--iterations", "20000"] if a.quick else []))),

@@ -11,7 +11,11 @@ independent frames with each other), when
   parallel_iterations is > 1, and
 - the frame has heavy nodes OFF its loop recurrence whose static work adds up to at least
   OVERLAP_WORK elements (OpDef.cost for MatMul, else output elements; unknown dimensions count
-  as 1, so a frame whose shapes are unknown stays fused).
+  as 1, so a frame whose shapes are unknown stays fused). Work that already uses every core does
+  not count: when BLAS runs multi-threaded (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS /
+  MKL_NUM_THREADS unset or > 1: OpenBLAS then takes all cores), overlapping matmuls only
+  oversubscribes the cores, so only the single-threaded numpy work (elementwise, reductions)
+  counts.
 
 A node is on the recurrence when it lies on a cycle through the frame's NextIteration edges
 (h = tanh(h @ W) in an RNN): iteration k+1 cannot start it before iteration k finished it, so
@@ -33,15 +37,29 @@ OVERLAP_WORK = 1 << 26
 ENTER, EXIT = 3, 4      # the executor's kinds (dfc/runtime/executor.py)
 
 
+def blas_threads():
+    """How many threads numpy's BLAS uses, as far as the environment says (unset: all cores)."""
+    import os
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        v = os.environ.get(var, "").strip()
+        if v:
+            try:
+                return max(1, int(v.split(",")[0]))
+            except ValueError:
+                continue
+    return os.cpu_count() or 1
+
+
 def overlapping_frames(plan, reasons=None):
     """The frame ids (among plan.programs) that should run on the general path to overlap iterations;
     `reasons` (a dict) gets fid -> why, naming the heavy node."""
     types = _types(plan.graph)
+    multi_blas = blas_threads() > 1
     out = set()
     for fid in range(1, len(plan.frame_names)):
         if plan.max_par[fid] <= 1:
             continue
-        node = _off_recurrence_heavy(plan, fid, types)
+        node = _off_recurrence_heavy(plan, fid, types, multi_blas)
         if node is not None:
             out.add(fid)
             if reasons is not None:
@@ -64,12 +82,14 @@ def _types(graph):
         return {}
 
 
-def _work(node, types):
+def _work(node, types, multi_blas=False):
     opdef = opreg.get(node.op)
     outs = types.get(node.name)
     if not opdef.heavy or not outs:
         return 0
     if opdef.cost is not None:
+        if multi_blas and node.op == "MatMul":
+            return 0        # BLAS already spreads it over the cores
         from dfc.ir.graph import parse_input
         ins = []
         for ref in node.data_inputs:
@@ -90,10 +110,10 @@ def _work(node, types):
     return n
 
 
-def _off_recurrence_heavy(plan, fid, types):
+def _off_recurrence_heavy(plan, fid, types, multi_blas=False):
     """The name of the largest heavy node of frame fid that is on no cycle through the frame's NextIteration
     edges, when such nodes add up to >= OVERLAP_WORK elements of work; else None."""
-    work = {i: _work(plan.nodes[i], types) for i in range(len(plan.nodes))
+    work = {i: _work(plan.nodes[i], types, multi_blas) for i in range(len(plan.nodes))
             if plan.fid[i] == fid and plan.kern[i] is not None}
     work = {i: w for i, w in work.items() if w}
     if sum(work.values()) < OVERLAP_WORK:

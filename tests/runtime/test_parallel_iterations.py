@@ -21,6 +21,7 @@ N = 128          # matmuls big enough for the kernel pool (executor.HEAVY_ELEMEN
 @pytest.fixture(autouse=True)
 def _small_threshold(monkeypatch):
     monkeypatch.setattr(overlap, "OVERLAP_WORK", N ** 3)
+    monkeypatch.setattr(overlap, "blas_threads", lambda: 1)     # as in benchmarks/parallel_iterations.py
 
 
 def _independent(n_iter, pi=32):
@@ -130,6 +131,24 @@ def test_real_threshold_between_a_256_and_a_512_cubed_matmul(monkeypatch):
         s = dfc.Session(g)
         s.call(np.ones((n, n), np.float32))
         assert bool(_plan(s, g).programs) == fused, n
+
+
+def test_multithreaded_blas_matmuls_do_not_count(monkeypatch):
+    g = _independent(2)
+    monkeypatch.setattr(overlap, "blas_threads", lambda: 2)
+    s = dfc.Session(g)
+    s.call(_matrix())
+    assert _plan(s, g).programs         # only the matmul was big enough, and BLAS already uses the cores
+
+
+def test_blas_threads_from_the_environment(monkeypatch):
+    monkeypatch.undo()
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert overlap.blas_threads() == 1
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    assert overlap.blas_threads() == 3
 
 
 def test_small_work_stays_fused():
