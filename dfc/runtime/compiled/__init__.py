@@ -52,7 +52,8 @@ class CompiledFrame:
         self.source = src.source
         self.name = prog.plan.frame_names[prog.fid]
         self.consts = tuple(src.consts)
-        self._in = [(np.dtype(t.dtype), t.ndim) for t in src.enter_types]
+        self._in = [(None, None) if t.dtype == "resource" else (np.dtype(t.dtype), t.ndim) for t in src.enter_types]
+        self._stacks = {k: (use, np.dtype(t.dtype), t.ndim) for k, (use, t) in src.stacks.items()}
         self._out = [np.dtype(t.dtype).type for t in src.exit_types]
         self._run = None
         self._lp = None
@@ -76,16 +77,19 @@ class CompiledFrame:
         """Run the frame: compiled when its Enter values fit, else (or to report an error) fused."""
         if ctx.abort is not None:
             return self.prog.fn(ctx, kern, vals, tag)
-        args = []
-        for v, (dtype, ndim) in zip(vals, self._in):
-            if v is DEAD or getattr(v, "dtype", None) != dtype or getattr(v, "ndim", -1) != ndim:
+        args, lists = [], {}
+        for k, (v, (dtype, ndim)) in enumerate(zip(vals, self._in)):
+            if k in self._stacks:
+                lst = self._stack_in(v, *self._stacks[k])
+                if lst is None:
+                    return self.prog.fn(ctx, kern, vals, tag)
+                lists[k] = lst
+                args.append(lst)
+                continue
+            a = _arg(v, dtype, ndim)
+            if a is None:
                 return self.prog.fn(ctx, kern, vals, tag)
-            if ndim == 0:
-                args.append(v[()])
-            elif not (v.flags.c_contiguous and v.flags.writeable):
-                args.append(np.array(v, order="C"))
-            else:
-                args.append(v)
+            args.append(a)
         run = self._function()
         try:
             n_sigs = len(run.signatures)
@@ -95,6 +99,12 @@ class CompiledFrame:
                 self._record(run, time.perf_counter() - t0, args)
         except Exception:   # noqa: BLE001 — the fused path replays the frame and names the failing node
             return self.prog.fn(ctx, kern, vals, tag)
+        for k, lst in lists.items():       # the compiled code succeeded: its stack effects happen now
+            use, dtype, ndim = self._stacks[k]
+            if use == "push":
+                vals[k].extend(lst if ndim else [dtype.type(x) for x in lst])
+            else:
+                del vals[k][len(lst):]
         n = len(self._out)
         res = []
         for k in range(n):
@@ -110,13 +120,43 @@ class CompiledFrame:
                 res.append(self._out[k](x))
         return res
 
+    def _stack_in(self, stack, use, dtype, ndim):
+        """A numba typed List for the Python Stack `stack` (its elements for a popping frame), or None when
+        an element has another type than the compiled code expects."""
+        from numba import typed, types
+        from numba.np.numpy_support import from_dtype
+        if not isinstance(stack, list):
+            return None
+        t = from_dtype(dtype) if ndim == 0 else types.Array(from_dtype(dtype), ndim, "C")
+        lst = typed.List.empty_list(t)
+        if use == "pop" and stack:
+            items = [_arg(v, dtype, ndim) for v in stack]
+            if any(x is None for x in items):
+                return None
+            for x in items:         # (extend from a Python list would go through numba's reflected lists)
+                lst.append(x)
+        return lst
+
     def _record(self, run, seconds, args):
         cached = bool(sum(run.stats.cache_hits.values())) if hasattr(run, "stats") else False
-        sig = ", ".join(f"{a.dtype}{list(a.shape) if isinstance(a, np.ndarray) else '[]'}" for a in args)
+        sig = ", ".join(f"{a.dtype}{list(a.shape) if isinstance(a, np.ndarray) else '[]'}" if hasattr(a, "dtype")
+                        else "stack" for a in args)
         self.compile_seconds[sig] = seconds
         with _stats_lock:
             _STATS.append({"frame": self.name, "key": self.key, "seconds": seconds, "cached": cached,
                            "types": sig})
+
+
+def _arg(v, dtype, ndim):
+    """v as compiled code takes a value of this dtype and rank (a numpy scalar for rank 0, else a writable
+    C-contiguous array), or None if v is dead or of another type."""
+    if v is DEAD or getattr(v, "dtype", None) != dtype or getattr(v, "ndim", -1) != ndim:
+        return None
+    if ndim == 0:
+        return v[()]
+    if not (v.flags.c_contiguous and v.flags.writeable):
+        return np.array(v, order="C")
+    return v
 
 
 def compile_programs(plan, programs, blocked=None):
@@ -127,7 +167,7 @@ def compile_programs(plan, programs, blocked=None):
     from dfc.errors import DfcError
     from dfc.runtime.compiled.codegen import Blocked, FrameSource
     from dfc.runtime.fused import FrameIndex
-    from dfc.runtime.kernels import array_lower, math_lower  # noqa: F401 — register the lowerings
+    from dfc.runtime.kernels import array_lower, math_lower, state_lower  # noqa: F401 — register the lowerings
     try:
         types = plan.graph.infer_types()
     except DfcError as e:

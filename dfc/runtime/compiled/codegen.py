@@ -8,7 +8,7 @@ deadness. A value that a cond can make dead carries a bool `d<node>_<port>` besi
 typed placeholder, never read); a node with a dead input is skipped and its outputs are dead; Switch and
 Merge become if/elif; a nested loop frame becomes a nested `while True` whose Exits are locals.
 """
-from dfc.runtime.fused import EXIT, MERGE, NEXT, SWITCH, FrameProgram
+from dfc.runtime.fused import ENTER, EXIT, MERGE, NEXT, SWITCH, FrameProgram
 from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type
 
 _DTYPES = ("float32", "float64", "int32", "int64", "bool")
@@ -42,6 +42,9 @@ class Type:
     __slots__ = ("dtype", "ndim", "shape")
 
     def __init__(self, ttype, what):
+        if ttype is not None and ttype.dtype == "resource":     # a stack handle: a typed List (state_lower.py)
+            self.dtype, self.shape, self.ndim = "resource", None, None
+            return
         if ttype is None or ttype.dtype not in _DTYPES:
             raise Unsupported(f"{what} is a {getattr(ttype, 'dtype', 'value')} (not an array)")
         if ttype.shape is None:
@@ -50,6 +53,8 @@ class Type:
 
     def default(self):
         """A placeholder of this type for a dead value."""
+        if self.dtype == "resource":
+            raise Unsupported("a resource handle that may be dead")
         if self.ndim == 0:
             return "False" if self.dtype == "bool" else f"{scalar_type(self.dtype)}(0)"
         return f"np.zeros(({'0, ' * self.ndim}), {scalar_type(self.dtype)})"
@@ -109,6 +114,11 @@ class FrameSource:
         p = plan
         self.enter_types = [self._type(e, 0, "Enter") for e in a.enters]
         self.exit_types = [self._type(e, 0, "Exit") for e in a.exits]
+        for e, t in zip(a.exits, self.exit_types):
+            if t.dtype == "resource":
+                raise Blocked(p.nodes[e].name, "a resource handle leaves the frame")
+        # stacks: Enter position -> ("push" | "pop", element Type)
+        self.stacks = {k: self._stack_use(e) for k, e in enumerate(a.enters) if self.enter_types[k].dtype == "resource"}
         params = [f"e{k}" for k in range(len(a.enters))]
         ind = "    "
         self._frame(a, ind, params)
@@ -120,6 +130,38 @@ class FrameSource:
                 "@njit(cache=True, nogil=True, error_model='numpy')",
                 f"def run({''.join(x + ', ' for x in params)}K, LP):"]
         self.source = "\n".join(head + body + [f"    return ({''.join(o + ', ' for o in outs)})", ""])
+
+    def _stack_use(self, enter):
+        """How the frame uses the stack handle entering at `enter`: only pushes or only pops, through
+        nested-frame Enters and cond Switches."""
+        p = self.plan
+        uses, todo, seen = set(), [enter], set()
+        while todo:
+            i = todo.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            for port in p.out_edges[i]:
+                for dst, slot in port:
+                    op = p.nodes[dst].op
+                    if p.kind[dst] in (SWITCH, ENTER) and slot == 0:
+                        todo.append(dst)
+                    elif op in ("StackPush", "StackPop") and slot == 0:
+                        uses.add((op, dst))
+                    else:
+                        raise Blocked(p.nodes[dst].name, f"{op} takes a resource handle (only stacks are lowered)")
+        ops = {op for op, _ in uses}
+        if len(ops) != 1:
+            raise Blocked(p.nodes[enter].name, "a stack both pushed and popped in one frame" if ops else
+                          "a resource handle no stack op uses")
+        ts = {}
+        for op, i in uses:
+            t = self._type(p.ins[i][1][0], p.ins[i][1][1], "pushed value") if op == "StackPush" else \
+                self._type(i, 0, "popped value")
+            ts[(t.dtype, t.ndim)] = t
+        if len(ts) != 1:
+            raise Blocked(p.nodes[enter].name, "a stack of values of different types")
+        return ("push" if ops == {"StackPush"} else "pop", ts.popitem()[1])
 
     def fresh(self, base):
         self._n += 1
@@ -204,6 +246,13 @@ class FrameSource:
             w(ind2, f"{''.join(f'v{m}_0, ' for m in a.merges)}= {''.join(x + ', ' for x in nexts)}")
 
     def _item(self, it, a, ind):
+        try:
+            self._item_code(it, a, ind)
+        except Unsupported as err:
+            node = self.plan.nodes[it[1]].name if it[0] == "node" else None
+            raise Blocked(node, str(err)) from None
+
+    def _item_code(self, it, a, ind):
         p = self.plan
         w = self.w
         if it[0] == "frame":
