@@ -180,6 +180,29 @@ def test_print_inside_an_eager_function_shows_the_values_when_they_are_computed(
     assert out == ["y = [1. 2.]", "between", f"z is {np.tanh(np.array([1.0, 2.0], f32))}"]
 
 
+def test_pdb_steps_through_an_eager_function():
+    import io
+    import pdb
+    out = io.StringIO()
+    commands = "p float(s), type(n).__name__\nnext\np float(s)\ncontinue\n"
+    debugger = pdb.Pdb(stdin=io.StringIO(commands), stdout=out, nosigint=True, readrc=False)
+
+    @dfc.function
+    def f(x, n):
+        s = x * 2
+        debugger.set_trace()
+        s = s + n                                                  # MARK stop
+        return s
+
+    with eager_mode():
+        r = f(f32(1.5), i32(2))
+    debugger.set_continue()
+    text = out.getvalue()
+    assert f"{line_of(f.python_function, 'MARK stop')}" in text and HERE in text    # stopped at the user's line
+    assert "(3.0, 'int32')" in text and "5.0" in text                            # on real values
+    assert r == 5.0 and r.dtype == np.float64         # float32 + int32 promotes, as in numpy and the graph
+
+
 def test_switching_eager_off_uses_graphs_again():
     calls = []
 
