@@ -74,8 +74,9 @@ class KernelContext:
     abort: in a partition, a callable that raises Aborted once the run must stop (another partition
     failed, or the caller was interrupted); long fused loops call it now and then.
     trace: a dfc.runtime.trace.Trace recording the run (None: no tracing, kernels run unwrapped);
-    summary: the dfc.runtime.kernels.summary_kernels.FileWriter summary ops write to (or None);
-    progress: the progress display progress ops update (or None: bars are off).
+    summary: the dfc.runtime.kernels.summary_kernels.FileWriter summary ops write to (None: nowhere);
+    progress: the progress display progress ops update (None: bars are off). Both are "auto" in a
+    context no Session made (an op run eagerly): each op then finds its writer / display itself.
     """
     __slots__ = ("container", "run_count", "tag", "print", "memory", "swapper", "device", "files", "memory_limit",
                  "abort", "trace", "summary", "progress",
@@ -89,7 +90,8 @@ class KernelContext:
         self.memory, self.swapper, self.device = memory, swapper, device
         self.memory_limit = memory_limit
         self.abort = None
-        self.trace = self.summary = self.progress = None
+        self.trace = None
+        self.summary = self.progress = "auto"
 
 
 class Transport:

@@ -114,3 +114,15 @@ def test_progress_arguments_are_checked_at_the_users_line():
     assert "test_progress.py" in str(e.value)
     with pytest.raises(dfc.DfcTypeError, match="step must be a number"):
         dfc.trace(lambda x: dfc.progress(x, 10), dfc.TensorSpec([], "bool"))
+
+
+def test_eager_progress_draws_when_forced_and_stops_when_full(capfd, monkeypatch):
+    for step in range(1, 4):
+        dfc.progress(step, 3, name="eager", loss=np.float32(step))      # not a terminal: nothing
+    assert capfd.readouterr() == ("", "")
+    monkeypatch.setenv(progress_kernels.ENV, "1")
+    for step in range(1, 4):
+        dfc.progress(step, 3, name="eager", loss=np.float32(step))
+    [line] = [ln.rstrip() for ln in capfd.readouterr().err.splitlines() if ln.strip()]
+    assert line.startswith("eager ") and " 3/3 " in line and line.endswith("loss=3")
+    assert not progress_kernels.display()._live           # a full bar stops the display

@@ -135,3 +135,25 @@ def test_linear_model_sample_writes_its_error_curve(tmp_path):
     want = m.train_numpy(*m.make_data(), 30)[0]
     assert [s for s, _ in got] == list(range(30))
     np.testing.assert_allclose([v for _, v in got], want, rtol=1e-6)     # float32 in the event file
+
+
+def test_eager_summaries_write_to_the_default_writer(tmp_path):
+    with dfc.summary.create_file_writer(str(tmp_path / "eager")).as_default():
+        assert dfc.summary.scalar("x", np.float32(0.25), 7) == True          # noqa: E712 (a numpy bool)
+        assert dfc.summary.histogram("h", np.float32([1, 2, 3]), np.int64(7)) == True   # noqa: E712
+    assert dfc.summary.scalar("x", np.float32(1.0), 8) == False              # noqa: E712 (no writer)
+    acc = read(tmp_path / "eager")                   # flushed at once: no run end to wait for
+    assert [(e.step, e.value) for e in acc.Scalars("x")] == [(7, 0.25)]
+    assert acc.Histograms("h")[0].histogram_value.sum == 6.0
+    dfc.config.run_functions_eagerly(True)
+    try:
+        @dfc.function
+        def f(x):
+            for i in range(3):
+                dfc.summary.scalar("y", x * i, i)
+            return x
+        with dfc.summary.create_file_writer(str(tmp_path / "fn")).as_default():
+            f(np.float32(2.0))
+    finally:
+        dfc.config.run_functions_eagerly(False)
+    assert [(e.step, e.value) for e in read(tmp_path / "fn").Scalars("y")] == [(0, 0.0), (1, 2.0), (2, 4.0)]

@@ -14,7 +14,8 @@ kernel returns at once. On a terminal the bars refresh live (updates from
 the graph are passed on at most every 0.1 s, and always the last one);
 elsewhere (a pipe, a log file) the final state of each bar is printed once
 when the run ends. Between runs the display stops: a bar that finished is
-dropped, one that did not goes on in the next run.
+dropped, one that did not goes on in the next run. Outside any run (eager
+mode) the default decides, and the display stops when a bar is full.
 """
 import os
 import sys
@@ -130,8 +131,13 @@ def _progress(node, xp):
 
     def f(ctx, a):
         d = getattr(ctx, "progress", None)
+        auto = d == "auto"      # no run around this op (eager): the display stops when the bar is full
+        if auto:
+            d = display_for_run(None)
         if d is not None:
-            d.update(name, host(a[0]).item(), host(a[1]).item(),
-                     {m: host(v).item() for m, v in zip(metric_names, a[2:])})
+            step, total = host(a[0]).item(), host(a[1]).item()
+            d.update(name, step, total, {m: host(v).item() for m, v in zip(metric_names, a[2:])})
+            if auto and step >= total:
+                d.end_run()
         return ()
     return f

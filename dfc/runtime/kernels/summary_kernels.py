@@ -16,6 +16,10 @@ called `Session.run` (so the kernels on other threads agree):
 4. else none. A graph file never names a directory: where summaries go is
    the caller's choice, not the graph's.
 
+An op outside any run (eager mode, `dfc.config.run_functions_eagerly`, or
+a summary op called on numpy values) finds its writer the same way (2-4)
+and flushes at once.
+
 Events are built and written by tensorboardX (its Summary protos, its
 histogram binning and its synchronous `EventsWriter`), one event file per
 log directory per process, flushed at the end of every run.
@@ -166,27 +170,24 @@ _TRUE, _FALSE = np.array(True), np.array(False)
 _TRUE.flags.writeable = _FALSE.flags.writeable = False     # shared: a caller gets a copy
 
 
-@kernel("SummaryScalar")
-def _summary_scalar(node, xp):
-    tag = node.attrs["tag"]
+def _summary_kernel(write):
+    def factory(node, xp):
+        tag = node.attrs["tag"]
 
-    def f(ctx, a):
-        w = getattr(ctx, "summary", None)
-        if w is None:
-            return (_FALSE,)
-        w.scalar(tag, host(a[1]).item(), host(a[0]).item())
-        return (_TRUE,)
-    return f
+        def f(ctx, a):
+            w = getattr(ctx, "summary", None)
+            auto = w == "auto"          # no run around this op (eager): its own writer, flushed at once
+            if auto:
+                w = writer_for_run()
+            if w is None:
+                return (_FALSE,)
+            write(w, tag, host(a[1]), host(a[0]).item())
+            if auto:
+                w.flush()
+            return (_TRUE,)
+        return f
+    return factory
 
 
-@kernel("SummaryHistogram")
-def _summary_histogram(node, xp):
-    tag = node.attrs["tag"]
-
-    def f(ctx, a):
-        w = getattr(ctx, "summary", None)
-        if w is None:
-            return (_FALSE,)
-        w.histogram(tag, host(a[1]), host(a[0]).item())
-        return (_TRUE,)
-    return f
+kernel("SummaryScalar")(_summary_kernel(lambda w, tag, v, step: w.scalar(tag, v.item(), step)))
+kernel("SummaryHistogram")(_summary_kernel(lambda w, tag, v, step: w.histogram(tag, v, step)))
