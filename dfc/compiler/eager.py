@@ -21,7 +21,7 @@ import itertools
 import numpy as np
 
 from dfc import nest
-from dfc.errors import DfcError, DfcInputError, DfcRuntimeError, DfcTypeError
+from dfc.errors import DfcAssertionError, DfcError, DfcInputError, DfcRuntimeError, DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.ir import ops as opreg
 from dfc.ir.dtypes import TType
@@ -279,7 +279,8 @@ def run_function(fn, args, kwargs, name):
     A Python or numpy error in the user's code (an index out of range, shapes that do not
     broadcast: what a graph reports as a DfcError) is re-raised as a DfcRuntimeError naming the
     user's line that is also an instance of the original class (`except IndexError` still works),
-    with the original traceback, so a debugger's post-mortem lands on that line."""
+    with the original traceback, so a debugger's post-mortem lands on that line. A failed
+    `assert` is a DfcAssertionError (and an AssertionError), as the graph's converted assert is."""
     try:
         out = fn(*args, **kwargs)
     except DfcError:
@@ -292,7 +293,7 @@ def run_function(fn, args, kwargs, name):
     return _output(out, name)
 
 
-_TRANSLATED = (IndexError, ValueError, TypeError, ArithmeticError, AttributeError, KeyError)
+_TRANSLATED = (IndexError, ValueError, TypeError, ArithmeticError, AttributeError, KeyError, AssertionError)
 _error_classes = {}
 
 
@@ -304,6 +305,7 @@ def _translated(e, name):
     if not isinstance(e, _TRANSLATED) or module not in ("builtins", "numpy"):
         return None
     sub = _error_classes.get(cls)
+    base = DfcAssertionError if isinstance(e, AssertionError) else DfcRuntimeError
     if sub is None:
         try:
             sub = type(f"DfcEager{cls.__name__}", (DfcRuntimeError, cls), {"__str__": BaseException.__str__,
@@ -312,6 +314,8 @@ def _translated(e, name):
             sub = DfcRuntimeError
         _error_classes[cls] = sub
     where = _user_frame(e.__traceback__)
+    if base is DfcAssertionError:     # a Python `assert`: the graph's Assert says this
+        return sub(f"assertion failed: {e}", loc=where)
     return sub(f"{cls.__name__} in dfc.function {name} (run eagerly): {e}", loc=where)
 
 

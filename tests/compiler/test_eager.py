@@ -362,6 +362,16 @@ def test_assert_and_numpy_errors_in_an_eager_function_are_dfc_errors_at_the_user
             dfc.function(checked)(f32(-1.0))
         assert f"{HERE}:{line_of(checked, 'MARK assert')}" in str(info.value)
         assert "x must be positive" in str(info.value)
+    def asserted(x):
+        assert x > 0, "x must be positive"                         # MARK python assert
+        return x
+
+    for mode in (False, True):
+        with eager_mode(mode), pytest.raises(dfc.DfcAssertionError) as info:
+            dfc.function(asserted)(f32(-1.0))
+        assert f"{HERE}:{line_of(asserted, 'MARK python assert')}" in str(info.value)
+        assert "x must be positive" in str(info.value)
+    assert isinstance(info.value, AssertionError)
     with eager_mode(), pytest.raises(dfc.DfcRuntimeError) as info:
         dfc.function(indexed)(np.ones(3, f32), i32(5))
     assert isinstance(info.value, IndexError)        # `except IndexError` still catches it
