@@ -308,10 +308,10 @@ def _translated(e, name):
     base = DfcAssertionError if isinstance(e, AssertionError) else DfcRuntimeError
     if sub is None:
         try:
-            sub = type(f"DfcEager{cls.__name__}", (DfcRuntimeError, cls), {"__str__": BaseException.__str__,
-                                                                        "__module__": __name__})
+            sub = type(f"DfcEager{cls.__name__}", (base, cls), {"__str__": BaseException.__str__,
+                                                              "__module__": __name__})
         except TypeError:
-            sub = DfcRuntimeError
+            sub = base
         _error_classes[cls] = sub
     where = _user_frame(e.__traceback__)
     if base is DfcAssertionError:     # a Python `assert`: the graph's Assert says this
