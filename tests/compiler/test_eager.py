@@ -412,6 +412,30 @@ def test_gradients_eagerly():
 
 # ---------------------------------------------------------------- the differential suite's exceptions
 
+def squares_over_dfc_range(a, b):
+    s = 0
+    for i in dfc.range(a, b):
+        s += i * i
+    return s
+
+
+def list_over_dfc_range(n):
+    out = []
+    for i in dfc.range(n):
+        out.append(i * 1.5)
+    return dfc.stack(out)
+
+
+@pytest.mark.parametrize("fn,args", [(squares_over_dfc_range, (i32(2), i32(9))),
+                                     (list_over_dfc_range, (i32(3),))])
+def test_dfc_range_gives_the_graphs_dtypes_eagerly(fn, args):
+    """The README's advice for the range(tensor) exception: dfc.range iterates numpy values of the
+    graph's dtype, so eager and graph agree exactly."""
+    converted = dfc.function(fn)
+    graph, inputs = converted.concrete(*args)
+    assert check_eager_matches(converted, args, run_all_modes(graph, *inputs), dfc.containers.get().snapshot())
+
+
 def _diff_case(name):
     for feature in ("if", "logical", "while", "for", "break_continue", "returns", "lists", "calls"):
         module = importlib.import_module(f"tests.compiler.test_autograph_diff_{feature}")
