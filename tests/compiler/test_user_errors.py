@@ -200,3 +200,17 @@ def test_value_and_grad_converts_inside_a_trace():
     value, grad = g(np.float64(2.0))
     assert np.isclose(value, _plain_loss_python(2.0))
     assert np.isclose(grad, 2 * 2.0 * 1.5 ** 3)      # y = 4 -> 6 -> 9 -> 13.5
+
+
+class ConfigError(ValueError):
+    """A user's own exception type."""
+
+
+def test_a_users_own_exception_type_still_catches_the_translation():
+    def f(x):
+        if x.shape != (2,):
+            raise ConfigError(f"x must have shape (2,), not {x.shape}")  # MARK
+        return x
+    err = raises_at(ConfigError, f, (np.ones(3, np.float32),), "# MARK", "ConfigError",
+                    "x must have shape (2,), not (3,)")
+    assert type(err.original) is ConfigError

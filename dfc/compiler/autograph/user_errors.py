@@ -30,21 +30,21 @@ class DfcTracingError(DfcConversionError):
         return self._format()
 
 
-# Built-in exception types whose translation is also an instance of them.
-_KEEP_TYPE = (TypeError, ValueError, IndexError, KeyError, AttributeError, NameError,
-              ZeroDivisionError, OverflowError, ArithmeticError, LookupError, AssertionError,
-              NotImplementedError, RecursionError, RuntimeError)
 _classes = {}
 
 
 def _class_for(exc_type):
-    if exc_type not in _KEEP_TYPE:
-        return DfcTracingError
+    """A DfcTracingError class that is also an `exc_type` (so `except KeyError`, or a user's own
+    exception class, still catches the translation), or DfcTracingError where Python cannot
+    combine them (an exception type with its own C layout)."""
     cls = _classes.get(exc_type)
     if cls is None:
-        cls = type(f"DfcTracing{exc_type.__name__}", (DfcTracingError, exc_type),
-                   {"__doc__": f"A {exc_type.__name__} raised by the user's code while tracing.",
-                    "__module__": __name__})
+        try:
+            cls = type(f"DfcTracing{exc_type.__name__}", (DfcTracingError, exc_type),
+                       {"__doc__": f"A {exc_type.__name__} raised by the user's code while tracing.",
+                        "__module__": __name__, "__str__": DfcTracingError.__str__})
+        except TypeError:
+            cls = DfcTracingError
         _classes[exc_type] = cls
     return cls
 
