@@ -136,8 +136,14 @@ _JSON_HELP = ('Print {"outputs": [...]}: outputs flattened depth-first, each a (
 @click.option("--progress/--no-progress", "progress", default=None,
               help="Draw the bars of the graph's dfc.progress ops on stderr (default: only when stderr is a "
                    "terminal).")
+@click.option("--cluster", "cluster_address", default=None, metavar="local|ADDRESS",
+              help="Run the partitions of devices named JOB:TASK/KIND:N in their task's process on a Ray "
+                   "cluster: 'local' starts one on this machine; an address ('auto', 'ray://host:10001') "
+                   "joins a running one (needs dfc[cluster]).")
+@click.option("--tasks", "tasks", default=None, metavar="JOB=N,...",
+              help="The cluster's tasks, e.g. worker=2,ps=1 (default: the tasks the graph's devices name).")
 def run_cmd(graph_file, inputs, out_path, as_json, mode, device_map, checkpoint_dir, memory_limit, trace_path,
-            progress):
+            progress, cluster_address, tasks):
     """Run a graph saved by `dfc compile` (or dfc.save)."""
     import numpy as np
     from dfc.ir.serialize import load
@@ -148,9 +154,14 @@ def run_cmd(graph_file, inputs, out_path, as_json, mode, device_map, checkpoint_
         _check_output_path(out_path)
     g = load(graph_file)
     limits = {} if memory_limit is None else {"memory_limit": memory_limit}
-    session = Session(g, mode=mode, device_map=dmap, checkpoint_dir=checkpoint_dir, trace=trace_path,
-                      progress=progress, **limits)
-    flat = [np.asarray(v) for v in session.call_flat(**feeds)]
+    cluster = _connect(cluster_address, tasks, g, dmap, checkpoint_dir)
+    try:
+        session = Session(g, mode=mode, device_map=dmap, checkpoint_dir=checkpoint_dir, trace=trace_path,
+                          progress=progress, cluster=cluster, **limits)
+        flat = [np.asarray(v) for v in session.call_flat(**feeds)]
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
     if out_path:
         _write_npz(out_path, {f"output_{k}": v for k, v in enumerate(flat)})
     if as_json:
@@ -158,6 +169,29 @@ def run_cmd(graph_file, inputs, out_path, as_json, mode, device_map, checkpoint_
     elif not out_path:
         for k, v in enumerate(flat):
             click.echo(f"output {k}: {np.array2string(v, threshold=50)}")
+
+
+def _connect(address, tasks, graph, dmap, ckpt):
+    """The cluster of --cluster/--tasks (None without --cluster)."""
+    if address is None:
+        if tasks:
+            raise click.UsageError("--tasks needs --cluster local|ADDRESS")
+        return None
+    from dfc.runtime import cluster
+    from dfc.runtime.devices import split_task
+    from dfc.runtime.partition import map_device
+    if tasks is None:        # the tasks the graph's devices name (after the device map)
+        named = {}
+        for n in graph.nodes.values():
+            if n.device:
+                t = split_task(map_device(n.device, dmap, n.name))[0]
+                if t is not None:
+                    job, k = t.split(":")
+                    named[job] = max(named.get(job, 0), int(k) + 1)
+        tasks = named or {"worker": 1}
+    import os
+    return cluster.connect(None if address == "local" else address, tasks, checkpoint_dir=os.path.abspath(ckpt),
+                           log_to_driver=False)
 
 
 def _parse_inputs(items):

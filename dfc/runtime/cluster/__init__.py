@@ -62,7 +62,12 @@ class Cluster:
             if address is None:
                 kw.setdefault("include_dashboard", False)
                 kw.setdefault("num_cpus", max(4, len(tasks)))
-            ray.init(address=address, **kw)
+            try:
+                ray.init(address=address, **kw)
+            except Exception as e:   # noqa: BLE001 — Ray's own start-up / connection errors
+                where = "start a local Ray" if address is None else f"join the Ray cluster at {address!r}"
+                raise DfcError(f"could not {where}: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
+                               ) from None
             self._started_ray = True
         _connected.append(self)
         self.task_names = list(tasks)
