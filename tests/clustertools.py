@@ -33,7 +33,12 @@ def cluster():
         if not _cluster:
             import dfc
             os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-            c = dfc.cluster.connect(tasks=TASKS, num_cpus=4, log_to_driver=False)
+            try:
+                c = dfc.cluster.connect(tasks=TASKS, num_cpus=4, log_to_driver=False)
+            except dfc.DfcError:         # Ray's start-up can time out on a loaded machine: once more
+                import ray
+                ray.shutdown()
+                c = dfc.cluster.connect(tasks=TASKS, num_cpus=4, log_to_driver=False)
             _cluster.append(c)
             atexit.register(c.shutdown)
         return _cluster[0]
