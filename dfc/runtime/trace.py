@@ -30,7 +30,8 @@ With `trace=None` (the default) nothing here is imported or called: the
 executor keeps its kernel table unwrapped. Recording is thread-safe (one
 lock); a session's trace keeps every run, so each write holds all the runs
 so far (a long Python loop of runs makes a large file: trace a few runs).
-The reference interpreter (mode="reference") records only the run spans.
+The reference interpreter (mode="reference") records only the run spans;
+a cluster step (dfc/runtime/cluster) is not traced yet.
 """
 import json
 import os
@@ -158,8 +159,10 @@ class Trace:
 
     def fused(self, run, prog):
         """The function to call for a fused frame (dfc/runtime/fused.py) of `run`: its traced build
-        (every kernel through the kernel table, ctx.tag set each iteration) inside a frame span."""
-        fn = prog.traced_fn()
+        (every kernel through the kernel table, ctx.tag set each iteration) inside a frame span. A
+        program without a traced build (a frame compiled to machine code) is one span, no kernels."""
+        traced_fn = getattr(prog, "traced_fn", None)
+        fn = prog.fn if traced_fn is None else traced_fn()
         p = run.p
         device = p.device.name if p.device is not None else "cpu:0"
         fname = p.frame_names[prog.fid]
