@@ -93,16 +93,16 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None):
 
     Computed as numpy does: ``start + arange(num) * ((stop - start) / div)`` with div = num - 1
     (or num without endpoint), the last value set to exactly stop. `num` must be a Python int;
-    start and stop are scalars (tensors or numbers). Integer or Python bounds give the default float.
+    start and stop are scalars (tensors or numbers). The dtype is that of float tensor bounds,
+    float64 for integer tensors (as numpy), the default float for Python numbers.
     """
     num = _static_int(num, "linspace num")
     if num < 0:
         _fail(f"linspace num must be >= 0, got {num}")
-    if dtype is None:
+    if dtype is None:      # numpy: the float type of the strongly typed bounds; Python numbers are weak
         ts = [convert(v) for v in (start, stop) if isinstance(v, Tensor) or not is_weak(v)]
-        floats = [t.dtype for t in ts if t.dtype in dt.FLOATS]
-        dtype = floats[0] if len(set(floats)) == 1 and len(floats) == len(ts) else \
-            "float64" if floats else config.default_float()
+        strong = dt.promote(ts[0].dtype, ts[-1].dtype) if ts else None
+        dtype = config.default_float() if not ts else strong if strong in dt.FLOATS else "float64"
     d = dt.as_dtype(dtype)
     work = d if d in dt.FLOATS else "float64"
     start, stop = K.cast(start, work), K.cast(stop, work)

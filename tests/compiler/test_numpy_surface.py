@@ -320,3 +320,31 @@ def test_every_function_of_the_numpy_surface_has_a_docstring():
     funcs += list(tensor_methods.METHODS.values()) + [dfc.Tensor.T, dfc.config.set_default_float]
     missing = [getattr(f, "__name__", f) for f in funcs if len((f.__doc__ or "").strip()) < 20]
     assert not missing
+
+
+def test_linspace_dtypes_follow_numpy():
+    for a, b in [(np.int64(0), np.int64(3)), (np.float32(0), np.float32(2)), (np.int32(1), np.float32(2))]:
+        got = run(lambda s, t: dfc.linspace(s, t, 4), a, b)
+        want = np.linspace(a, b, 4)
+        assert got.dtype == want.dtype, (a.dtype, b.dtype, got.dtype, want.dtype)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert run(lambda s: dfc.linspace(s, 2.0, 3), np.float32(0)).dtype == np.float32
+
+
+def test_integer_einsum_and_a_saved_graph_of_every_new_op(tmp_path):
+    i = rng.integers(-3, 4, size=(3, 3)).astype(np.int32)
+    same(run(lambda t: dfc.einsum("ij,jk->ik", t, t), i), np.einsum("ij,jk->ik", i, i))
+
+    def f(x, k):
+        s = dfc.linalg.eigh(x)
+        return (dfc.top_k(x, 2), dfc.sort(x, descending=True), dfc.cumprod(x, 0, reverse=True), dfc.pad(x, 1),
+                dfc.einsum("ij->i", x), dfc.isnan(x), dfc.isinf(x), dfc.linalg.solve(x + 3 * np.eye(3), x), s,
+                dfc.linalg.qr(x), dfc.linalg.slogdet(x), dfc.linalg.det(x), dfc.linalg.inv(x + 3 * np.eye(3)),
+                dfc.linalg.cholesky(dfc.matmul(x, x, transpose_b=True) + np.eye(3)), dfc.take_along_axis(x, k, 1),
+                dfc.gradients(dfc.reduce_sum(dfc.cumprod(x) * dfc.cumsum(x) + dfc.pad(x, 1)[0, 0]), [x]))
+    g = dfc.trace(f, dfc.TensorSpec([3, 3], "float64"), dfc.TensorSpec([3, 1], "int64"))
+    x, k = rng.normal(size=(3, 3)), np.array([[2], [0], [1]])
+    dfc.save(g, str(tmp_path / "g.json"))
+    h = dfc.load(str(tmp_path / "g.json"))
+    for a, b in zip(dfc.nest.flatten(g(x, k)), dfc.nest.flatten(run_all_modes(h, x, k))):
+        np.testing.assert_array_equal(a, b)

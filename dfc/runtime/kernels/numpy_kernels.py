@@ -78,7 +78,7 @@ def along_axis_index(xp, shape, indices, axis):
     """The fancy index that numpy.take_along_axis(arr of `shape`, indices, axis) uses, after
     checking the indices are in range (cupy would wrap them; dfc refuses out-of-range indexing)."""
     n = shape[axis]
-    if indices.size and bool(xp.any((indices < -n) | (indices >= n))):
+    if indices.size and bool(host(xp.any((indices < -n) | (indices >= n)))):
         lo, hi = int(host(indices.min())), int(host(indices.max()))
         raise DfcIndexError(f"take_along_axis index out of range: indices span [{lo}, {hi}] for a dimension "
                             f"of size {n}")
