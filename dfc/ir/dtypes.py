@@ -18,8 +18,9 @@ def as_dtype(d):
     """Normalise a dtype given as str, numpy dtype or numpy/Python type to its name."""
     if isinstance(d, str) and d in DTYPES:
         return d
-    if d is float:
-        return "float32"
+    if d is float:      # Python's float: the default float (float32 unless dfc.config.set_default_float)
+        from dfc import config
+        return config.default_float()
     if d is int:
         return "int64"
     if d is bool:

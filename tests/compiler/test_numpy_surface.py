@@ -348,3 +348,10 @@ def test_integer_einsum_and_a_saved_graph_of_every_new_op(tmp_path):
     h = dfc.load(str(tmp_path / "g.json"))
     for a, b in zip(dfc.nest.flatten(g(x, k)), dfc.nest.flatten(run_all_modes(h, x, k))):
         np.testing.assert_array_equal(a, b)
+
+
+def test_python_float_as_a_dtype_is_the_default_float(float64_default):
+    assert dfc.zeros(2, dtype=float).dtype == np.float64
+    assert dfc.constant(1, dtype=float).dtype == np.float64
+    dfc.config.set_default_float("float32")
+    assert dfc.cast(np.ones(2), float).dtype == np.float32
