@@ -214,3 +214,16 @@ def test_a_users_own_exception_type_still_catches_the_translation():
     err = raises_at(ConfigError, f, (np.ones(3, np.float32),), "# MARK", "ConfigError",
                     "x must have shape (2,), not (3,)")
     assert type(err.original) is ConfigError
+
+
+def _bad_loss(x):
+    if x > 0:
+        x = x * {"scale": 2.0}["scael"]  # MARK
+    return x
+
+
+def test_a_python_error_in_a_value_and_grad_function_names_its_line():
+    with pytest.raises(KeyError) as info:
+        dfc.value_and_grad(_bad_loss)(np.float64(1.0))
+    assert isinstance(info.value, dfc.DfcError)
+    assert f"{HERE}:{line_of(_bad_loss, '# MARK')}" in str(info.value), str(info.value)

@@ -610,11 +610,12 @@ def value_and_grad(fn, argnums=0):
 
 
 def _run_eagerly(wrapped, cache, args, kwargs):
-    from dfc.compiler.tracing import TensorSpec, trace
+    from dfc.compiler.autograph.core import trace     # a Python error in fn: a DfcError at its line
+    from dfc.compiler.tracing import TensorSpec
     specs = [TensorSpec.from_value(a) if isinstance(a, (np.ndarray, np.generic, float, int)) and
              not isinstance(a, bool) else a for a in args]
     key = tuple(repr(s) for s in specs) + tuple(sorted(kwargs))
     g = cache.get(key)
     if g is None:
-        g = cache[key] = trace(lambda *a: wrapped(*a, **kwargs), specs, name=wrapped.__name__)
+        g = cache[key] = trace(lambda *a: wrapped(*a, **kwargs), specs, {}, wrapped.__name__)
     return g(*[a for a, s in zip(args, specs) if isinstance(s, TensorSpec)])
