@@ -92,6 +92,18 @@ def eigvalsh(a, UPLO="L"):
     return eigh(a, UPLO)[0]
 
 
+def trace(x):
+    """numpy.linalg.trace: the sum of the main diagonal of each square matrix (dfc.trace builds graphs)."""
+    from dfc.compiler.numpy_api import diagonal
+    return K.reduce_sum(diagonal(x), -1)
+
+
+def diagonal(x):
+    """numpy.linalg.diagonal: out[..., i] = x[..., i, i] for square matrices (also dfc.diagonal)."""
+    from dfc.compiler.numpy_api import diagonal as diag
+    return diag(x)
+
+
 def _vector_norm(x, ord, axis, keepdims):
     ax = axis
     if ord is None or ord == 2:

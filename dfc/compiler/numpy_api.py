@@ -121,6 +121,43 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None):
     return K.cast(y, d)
 
 
+def eye(N, M=None, k=0, dtype=None):
+    """numpy.eye: an N x M matrix (M = N by default) of zeros with ones on diagonal k (0: the main one,
+    > 0 above it). N and M may be scalar tensors; the dtype defaults to the default float."""
+    M = N if M is None else M
+    rows = K.expand_dims(K.range(0, N, 1, "int64"), -1)
+    cols = K.expand_dims(K.range(0, M, 1, "int64"), 0)
+    return K.cast(K.equal(rows + _static_int(k, "eye k"), cols), dtype or config.default_float())
+
+
+def _triangle(x, k, lower):
+    x = convert(x)
+    if x.ndim is not None and x.ndim < 2:
+        _fail(f"{'tril' if lower else 'triu'} needs a matrix (rank >= 2), got shape {x.shape}")
+    n, m = dims(x)[-2:] if x.ndim is not None else (K.shape(x)[-2], K.shape(x)[-1])
+    rows = K.expand_dims(K.range(0, n, 1, "int64"), -1) + _static_int(k, "diagonal offset")
+    cols = K.expand_dims(K.range(0, m, 1, "int64"), 0)
+    keep = K.greater_equal(rows, cols) if lower else K.less_equal(rows, cols)
+    return K.where(keep, x, K.zeros_like(x))
+
+
+def tril(x, k=0):
+    """numpy.tril: x with the entries above diagonal k of its last two axes set to zero."""
+    return _triangle(x, k, True)
+
+
+def triu(x, k=0):
+    """numpy.triu: x with the entries below diagonal k of its last two axes set to zero."""
+    return _triangle(x, k, False)
+
+
+def diagonal(x):
+    """numpy.diagonal of the last two axes of square matrices: out[..., i] = x[..., i, i]."""
+    x = convert(x)
+    n = dims(x)[-1] if x.ndim is not None and x.ndim >= 2 else _fail("diagonal needs a matrix of known rank")
+    return K.reduce_sum(x * eye(n, dtype=x.dtype), -1)
+
+
 # ------------------------------------------------------------------ repeating and rearranging
 
 

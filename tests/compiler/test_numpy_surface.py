@@ -355,3 +355,19 @@ def test_python_float_as_a_dtype_is_the_default_float(float64_default):
     assert dfc.constant(1, dtype=float).dtype == np.float64
     dfc.config.set_default_float("float32")
     assert dfc.cast(np.ones(2), float).dtype == np.float32
+
+
+def test_eye_tril_triu_diagonal_trace():
+    x = data((2, 3, 4))
+    s = data((2, 3, 3))
+    got = run(lambda t, q: (dfc.eye(3), dfc.eye(2, 4, 1, "int32"), dfc.eye(3, k=-1), dfc.tril(t), dfc.tril(t, 1),
+                            dfc.triu(t, -1), dfc.triu(t), dfc.diagonal(q), dfc.linalg.trace(q)), x, s)
+    want = (np.eye(3, dtype=np.float32), np.eye(2, 4, 1, dtype=np.int32), np.eye(3, k=-1, dtype=np.float32),
+            np.tril(x), np.tril(x, 1), np.triu(x, -1), np.triu(x), np.diagonal(s, 0, -2, -1),
+            np.trace(s, 0, -2, -1))
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype
+        same(a, b, exact=False)
+    n = run(lambda k: dfc.eye(k), np.int64(2))
+    same(n, np.eye(2, dtype=np.float32))
+    check(lambda q: dfc.linalg.trace(q)[:, None, None] * dfc.tril(q, -1) + dfc.diagonal(dfc.triu(q))[:, None, :], s)
