@@ -50,11 +50,13 @@ class Trace:
 
     def __init__(self, task=None):
         self.task = task
-        self._lock = threading.Lock()
-        self._events = []
+        self._lock = threading.Lock()       # taken to make a lane; a span is one list append (atomic)
+        self._events = []        # metadata dicts and spans (lane ids, name, start, end, cat, args)
         self._pids = {}          # process name -> pid
         self._tids = {}          # (pid, lane) -> tid
-        self._packed = {}        # (pid, lane) -> end time of the last span of each sub-lane
+        self._ids = {}           # (device, lane) -> (pid, tid)
+        self._packed = {}        # (device, lane) -> end time of the last span of each sub-lane
+        self._encoded, self._chunks = 0, []     # events already turned into JSON text by write()
         self._t0 = time.perf_counter()
 
     # ------------------------------------------------------------------ recording
@@ -68,28 +70,34 @@ class Trace:
             return f"{self.task}/{device}"
         return device
 
+    def lane(self, device, lane):
+        """(pid, tid) of `lane` in `device`'s process (device=None: the session process), made on first use."""
+        ids = self._ids.get((device, lane))
+        if ids is None:
+            with self._lock:
+                ids = self._ids.get((device, lane)) or self._new_lane(device, lane)
+        return ids
+
     def span(self, device, lane, name, start, end, cat, args=None):
         """A complete ("X") event on `lane` of `device`'s process (device=None: the session process)."""
-        with self._lock:
-            pid, tid = self._lane(device, lane)
-            self._add(pid, tid, name, start, end, cat, args)
+        self._events.append((self.lane(device, lane), name, start, end, cat, args))
 
     def packed_span(self, device, lane, name, start, end, cat, args=None):
         """Like span, for spans that may overlap (Recvs waiting at once): a span goes to the first of
         `lane`, `lane 2`, ... whose last span ended before it started, so every lane nests properly.
         Spans must be recorded in the order they end (as they are: at their end, under the lock)."""
         with self._lock:
-            key = (device, lane)
-            ends = self._packed.setdefault(key, [])
+            ends = self._packed.setdefault((device, lane), [])
             k = next((j for j, e in enumerate(ends) if e <= start), len(ends))
             if k == len(ends):
                 ends.append(end)
             else:
                 ends[k] = end
-            pid, tid = self._lane(device, lane if k == 0 else f"{lane} {k + 1}")
-            self._add(pid, tid, name, start, end, cat, args)
+            sub = lane if k == 0 else f"{lane} {k + 1}"
+            ids = self._ids.get((device, sub)) or self._new_lane(device, sub)
+            self._events.append((ids, name, start, end, cat, args))
 
-    def _lane(self, device, lane):
+    def _new_lane(self, device, lane):
         pname = SESSION_PROCESS if device is None else self.process_name(device)
         pid = self._pids.get(pname)
         if pid is None:
@@ -104,31 +112,27 @@ class Trace:
             self._events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": lane}})
             self._events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
                                  "args": {"sort_index": tid}})
+        self._ids[(device, lane)] = (pid, tid)
         return pid, tid
-
-    def _add(self, pid, tid, name, start, end, cat, args):
-        ev = {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": round(start, 3),
-              "dur": round(max(end - start, 0.0), 3)}
-        if args:
-            ev["args"] = args
-        self._events.append(ev)
 
     # ------------------------------------------------------------------ output
     def events(self):
-        """A copy of the trace events recorded so far."""
-        with self._lock:
-            return list(self._events)
-
-    def to_json(self):
-        return {"traceEvents": self.events(), "displayTimeUnit": "ms",
-                "otherData": {"producer": "dfc"}}
+        """The trace events recorded so far, as trace-event dicts."""
+        return [_event(e) for e in self._events[:len(self._events)]]
 
     def write(self, path):
-        """Write the trace-event file (atomically: a reader never sees half a file)."""
-        data = json.dumps(self.to_json(), separators=(",", ":"))
+        """Write the trace-event file (atomically: a reader never sees half a file). Events written before
+        are not encoded again."""
+        n = len(self._events)
+        if n > self._encoded:
+            text = json.dumps([_event(e) for e in self._events[self._encoded:n]], separators=(",", ":"))
+            self._chunks.append(text[1:-1])
+            self._encoded = n
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
-            f.write(data)
+            f.write('{"traceEvents":[')
+            f.write(",".join(self._chunks))
+            f.write('],"displayTimeUnit":"ms","otherData":{"producer":"dfc"}}')
         os.replace(tmp, path)
 
     # ------------------------------------------------------------------ executor hooks
@@ -145,16 +149,19 @@ class Trace:
         node = plan.nodes[i]
         name, op = node.name, node.op
         frame_names = plan.frame_names
+        now, append, lane = self.now, self._events.append, self.lane
+        scheduler = lane(device, "scheduler")
 
         def traced(ctx, args, tag=None):
-            start = self.now()
+            start = now()
             try:
                 return kern(ctx, args)
             finally:
-                end = self.now()
-                t = ctx.tag if tag is None else tag
-                lane = "scheduler" if tag is None else f"pool {threading.current_thread().name}"
-                self.span(device, lane, name, start, end, "kernel", kernel_args(op, name, t, frame_names))
+                if tag is None:
+                    ids, tag = scheduler, ctx.tag
+                else:
+                    ids = lane(device, "pool " + threading.current_thread().name)
+                append((ids, name, start, now(), "kernel", (op, name, tag, frame_names)))
         return traced
 
     def fused(self, run, prog):
@@ -206,6 +213,20 @@ def kernel_args(op, name, tag, frame_names):
     args = {"op": op, "node": name}
     args.update(frame_args(tag, frame_names))
     return args
+
+
+def _event(e):
+    """A recorded event as a trace-event dict (a kernel's args are made here, not while it runs)."""
+    if isinstance(e, dict):
+        return e
+    (pid, tid), name, start, end, cat, args = e
+    ev = {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": round(start, 3),
+          "dur": round(max(end - start, 0.0), 3)}
+    if isinstance(args, tuple):
+        args = kernel_args(*args)
+    if args:
+        ev["args"] = args
+    return ev
 
 
 def swap_span(trace, device, lane, start, nbytes, node=None):
