@@ -211,5 +211,8 @@ def _resolve(expr, globals_, cells):
     if isinstance(expr, gast.Attribute):
         owner = _resolve(expr.value, globals_, cells)
         if isinstance(owner, types.ModuleType):
-            return getattr(owner, expr.attr, None)
+            try:
+                return getattr(owner, expr.attr, None)
+            except Exception:      # noqa: BLE001 - a module's own __getattr__ failing
+                return None
     return None
