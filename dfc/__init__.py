@@ -6,7 +6,8 @@ Re-exports are lazy (module __getattr__) so that `import dfc` is cheap and
 import importlib
 
 from dfc.errors import (DfcError, DfcGraphError, DfcTypeError, DfcConversionError, DfcRuntimeError,  # noqa: F401
-                        DfcAssertionError, DfcDeadlockError, DfcInputError, DfcOutOfMemory, DfcIndexError)
+                        DfcAssertionError, DfcDeadlockError, DfcInputError, DfcOutOfMemory, DfcIndexError,
+                        DfcQueueClosed, DfcQueueTimeout)
 
 __version__ = "0.1.0"
 
@@ -32,6 +33,9 @@ _LAZY.update({
     "cond": ("dfc.compiler.control_flow", "cond"), "while_loop": ("dfc.compiler.control_flow", "while_loop"),
     "TensorArray": ("dfc.compiler.tensor_array", "TensorArray"),
     "Variable": ("dfc.compiler.variables", "Variable"),
+    "FIFOQueue": ("dfc.compiler.queues", "FIFOQueue"),
+    "ConditionalAccumulator": ("dfc.compiler.queues", "ConditionalAccumulator"),
+    "CounterBarrier": ("dfc.compiler.queues", "CounterBarrier"),
     "scan": ("dfc.compiler.functional", "scan"), "map_fn": ("dfc.compiler.functional", "map_fn"),
     "foldl": ("dfc.compiler.functional", "foldl"),
     "function": ("dfc.compiler.autograph", "function"),

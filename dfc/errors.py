@@ -52,6 +52,16 @@ class DfcDeadlockError(DfcRuntimeError):
     """Nothing can make progress before the fetches are ready."""
 
 
+class DfcQueueClosed(DfcRuntimeError):
+    """A queue op that cannot complete because its queue is closed (TF's OutOfRange): a dequeue from a
+    closed queue holding too few elements, or an enqueue to a closed queue."""
+
+
+class DfcQueueTimeout(DfcDeadlockError):
+    """A queue or accumulator op waited longer than its timeout (FIFOQueue(timeout=...)) for elements,
+    room or gradients that nothing delivered."""
+
+
 class DfcInputError(DfcError):
     """A missing or wrong feed / argument."""
 

@@ -74,6 +74,8 @@ class EagerBuilder:
         try:
             with np.errstate(all="ignore"):     # as in the runtime: inf/nan, not warnings
                 outs = kernel_for(node, np)(ctx, values)
+                if opdef.async_kernel:      # a queue op that may wait: wait here (dfc/runtime/kernels/queue_kernels.py)
+                    outs = outs.wait()
         except Exception as e:   # noqa: BLE001 — a failing kernel is the user's error, at the user's line
             err = kernel_error(node, e)
             if isinstance(err, DfcError) and err.loc is None:

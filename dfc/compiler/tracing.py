@@ -26,7 +26,11 @@ _local = threading.local()
 
 # Ops whose order is the program order (automatic control dependencies).
 EFFECT_OPS = frozenset({"Print", "Assert", "Assign", "AssignAdd", "AssignSub", "ReadVariable", "Save",
-                        "Restore", "Progress", "SummaryScalar", "SummaryHistogram"})
+                        "Restore", "Progress", "SummaryScalar", "SummaryHistogram",
+                        # queues and accumulators (dfc/compiler/queues.py)
+                        "QueueEnqueue", "QueueEnqueueMany", "QueueDequeue", "QueueDequeueMany", "QueueSize",
+                        "QueueClose", "AccumulatorApplyGradient", "AccumulatorTakeGradient",
+                        "AccumulatorNumAccumulated", "AccumulatorSetGlobalStep"})
 
 
 def user_location(skip_dfc=True):

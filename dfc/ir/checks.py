@@ -272,14 +272,20 @@ def check_loop_liveness(g, frame_of, parent):
 _HANDLE_SLOT = {op: 0 for op in (
     "ReadVariable", "Assign", "AssignAdd", "AssignSub", "StackPush", "StackPop", "TensorArrayWrite",
     "TensorArrayRead", "TensorArraySize", "TensorArrayStack", "TensorArrayGather", "TensorArrayConcat",
-    "TensorArrayUnstack", "TensorArrayScatter", "TensorArrayGrad")}
+    "TensorArrayUnstack", "TensorArrayScatter", "TensorArrayGrad", "QueueEnqueue", "QueueEnqueueMany",
+    "QueueDequeue", "QueueDequeueMany", "QueueSize", "QueueClose", "AccumulatorApplyGradient",
+    "AccumulatorTakeGradient", "AccumulatorNumAccumulated", "AccumulatorSetGlobalStep")}
 # Ops that pass a value (maybe a handle) from these inputs to their output 0; None: every input.
 _PASS = {"Identity": (0,), "StopGradient": (0,), "Enter": (0,), "Exit": (0,), "NextIteration": (0,),
          "Switch": (0,), "Merge": None, "StackPush": (1,)}
 _KIND = {"VarHandle": "variable", "StackV2": "stack", "TensorArray": "tensor_array",
-         "TensorArrayGrad": "tensor_array"}
+         "TensorArrayGrad": "tensor_array", "QueueHandle": "queue", "AccumulatorHandle": "accumulator"}
 _WANTS = {"ReadVariable": "variable", "Assign": "variable", "AssignAdd": "variable", "AssignSub": "variable",
           "StackPush": "stack", "StackPop": "stack"}
+_WANTS.update({op: "queue" for op in ("QueueEnqueue", "QueueEnqueueMany", "QueueDequeue", "QueueDequeueMany",
+                                      "QueueSize", "QueueClose")})
+_WANTS.update({op: "accumulator" for op in ("AccumulatorApplyGradient", "AccumulatorTakeGradient",
+                                            "AccumulatorNumAccumulated", "AccumulatorSetGlobalStep")})
 
 
 def check_handles(g, types):
@@ -357,6 +363,8 @@ def _check_use(g, n, s, types, in_type, writes):
         return DfcTypeError(f"{n.op} {what} {declared!r}, but {s.op} {s.name!r} holds {have!r}",
                             node=n.name, loc=n.loc)
 
+    if kind in ("queue", "accumulator"):
+        return      # the kernels check elements against the resource's dtypes and shapes
     if kind == "variable":
         held = in_type(s.data_inputs[0]) if s.data_inputs else None
         if held is None:

@@ -31,17 +31,21 @@ class OpDef:
         Send/Recv talk to the rendezvous); it has no kernel.
     cost: fn(attrs, in_types, out_types) -> elements of work, for placement (default: the
         elements of the outputs).
+    async_kernel: its kernel may have to wait (a queue's dequeue): it returns at once an object with
+        `start(done, fail)` and `cancel()`, and calls done(outputs) / fail(error) later, from any thread;
+        the executors run other work meanwhile (see dfc/runtime/kernels/queue_kernels.py).
     """
 
     __slots__ = ("name", "inputs", "outputs", "attrs", "infer", "kind", "stateful", "heavy", "in_executor",
-                 "cost")
+                 "cost", "async_kernel")
 
     def __init__(self, name, inputs, outputs, attrs, infer, kind="normal", stateful=False, heavy=False,
-                 in_executor=False, cost=None):
+                 in_executor=False, cost=None, async_kernel=False):
         self.name, self.inputs, self.outputs, self.attrs = name, tuple(inputs), outputs, attrs
         self.infer, self.kind, self.stateful, self.heavy = infer, kind, stateful, heavy
         self.in_executor = in_executor or kind != "normal"
         self.cost = cost
+        self.async_kernel = async_kernel
 
     @property
     def variadic(self):
@@ -1121,3 +1125,109 @@ register("SummaryScalar", ("step", "value"), 1, {"tag": ("str", REQUIRED)}, _sum
          stateful=True)
 register("SummaryHistogram", ("step", "values"), 1, {"tag": ("str", REQUIRED)},
          _summary_infer("SummaryHistogram", False), stateful=True)
+
+
+# ---------------------------------------------------------------- queues and accumulators (issue 12 item 1)
+# Whitepaper §4.6. QueueHandle / AccumulatorHandle find their resource by shared name in a container, like
+# VarHandle, so every graph, Session and cluster task naming it shares it; the ops on a handle are colocated
+# with it. Ops that may wait are asynchronous kernels (OpDef.async_kernel): a dequeue on an empty queue, an
+# enqueue on a full one and take_grad before enough gradients never block the executor's other work.
+# timeout: seconds an op may wait before DfcQueueTimeout (-1: wait as long as it takes, as TF does).
+# Queue ops have no outputs besides what they dequeue; program order (dfc/compiler/tracing.py) orders them.
+
+def _queue_attrs_check(op, attrs):
+    dts = attrs["dtypes"]
+    if not dts or any(d not in dt.ALL for d in dts):
+        raise DfcTypeError(f"{op}: dtypes must be a non-empty list of {', '.join(dt.ALL)}, got {dts!r}")
+    shapes = attrs["shapes"]
+    if shapes is not None:
+        if not isinstance(shapes, list) or len(shapes) != len(dts) or not all(
+                isinstance(s, list) and all(d is None or (_is_int(d) and d >= 0) for d in s) for s in shapes):
+            raise DfcTypeError(f"{op}: shapes must be one shape (a list of dims) per dtype, got {shapes!r}")
+    return dts, shapes
+
+
+def _queue_handle_infer(attrs, ins):
+    _queue_attrs_check("QueueHandle", attrs)
+    if attrs["capacity"] < 1:
+        raise DfcTypeError(f"QueueHandle: capacity must be >= 1, got {attrs['capacity']}")
+    return [_H]
+
+
+def _queue_handle_in(op, ins):
+    if ins[0].dtype != dt.HANDLE:
+        raise DfcTypeError(f"{op} input 0 must be a queue handle, got {ins[0]!r}")
+
+
+def _dequeue_infer(many):
+    def infer(attrs, ins):
+        op = "QueueDequeueMany" if many else "QueueDequeue"
+        _queue_handle_in(op, ins)
+        dts, shapes = _queue_attrs_check(op, attrs)
+        lead = ()
+        if many:
+            _require(op, ins[1], dt.INTS, "n")
+            n = None if ins[1].value is None else int(np.asarray(ins[1].value).reshape(-1)[0])
+            lead = (n,)
+        return [TType(d, None if shapes is None else lead + tuple(s)) for d, s in zip(dts, shapes or [None] * len(dts))]
+    return infer
+
+
+def _enqueue_infer(op):
+    def infer(attrs, ins):
+        _queue_handle_in(op, ins)
+        if len(ins) < 2:
+            raise DfcTypeError(f"{op} needs at least one component to enqueue")
+        return []
+    return infer
+
+
+_QATTRS = {"dtypes": ("strs", REQUIRED), "shapes": ("json", None), "timeout": ("float", -1.0)}
+register("QueueHandle", (), 1, {"shared_name": ("str", REQUIRED), "container": ("str", ""),
+                                "capacity": ("int", REQUIRED), "dtypes": ("strs", REQUIRED), "shapes": ("json", None)},
+         _queue_handle_infer, stateful=True)
+register("QueueEnqueue", ("handle", "*components"), 0, {"timeout": ("float", -1.0)}, _enqueue_infer("QueueEnqueue"),
+         stateful=True, async_kernel=True)
+register("QueueEnqueueMany", ("handle", "*components"), 0, {"timeout": ("float", -1.0)},
+         _enqueue_infer("QueueEnqueueMany"), stateful=True, async_kernel=True)
+register("QueueDequeue", ("handle",), lambda a, n: len(a["dtypes"]), dict(_QATTRS), _dequeue_infer(False),
+         stateful=True, async_kernel=True)
+register("QueueDequeueMany", ("handle", "n"), lambda a, n: len(a["dtypes"]), dict(_QATTRS), _dequeue_infer(True),
+         stateful=True, async_kernel=True)
+register("QueueSize", ("handle",), 1, {}, lambda a, ins: _queue_handle_in("QueueSize", ins) or
+         [TType("int64", ())], stateful=True)
+register("QueueClose", ("handle",), 0, {"cancel_pending_enqueues": ("bool", False)},
+         lambda a, ins: _queue_handle_in("QueueClose", ins) or [], stateful=True)
+
+
+def _acc_handle_infer(attrs, ins):
+    _require("AccumulatorHandle", TType(attrs["dtype"], ()), dt.FLOATS, "dtype")
+    return [_H]
+
+
+def _acc_in(op, ins, scalars=()):
+    _queue_handle_in(op, ins)
+    for k, what in scalars:
+        _require(op, ins[k], dt.INTS, what)
+        if ins[k].shape not in (None, ()):
+            raise DfcTypeError(f"{op} {what} must be a scalar, got shape {dt.format_shape(ins[k].shape)}")
+
+
+def _apply_grad_infer(attrs, ins):
+    _acc_in("AccumulatorApplyGradient", ins, [(1, "local_step")])
+    _require("AccumulatorApplyGradient", ins[2], dt.FLOATS, "gradient")
+    return []
+
+
+register("AccumulatorHandle", (), 1, {"shared_name": ("str", REQUIRED), "container": ("str", ""),
+                                      "dtype": ("dtype", REQUIRED), "shape": ("shape", None)},
+         _acc_handle_infer, stateful=True)
+register("AccumulatorApplyGradient", ("handle", "local_step", "gradient"), 0, {}, _apply_grad_infer, stateful=True)
+register("AccumulatorTakeGradient", ("handle", "num_required"), 1,
+         {"dtype": ("dtype", REQUIRED), "shape": ("shape", None), "timeout": ("float", -1.0)},
+         lambda a, ins: _acc_in("AccumulatorTakeGradient", ins, [(1, "num_required")]) or
+         [TType(a["dtype"], a["shape"])], stateful=True, async_kernel=True)
+register("AccumulatorNumAccumulated", ("handle",), 1, {},
+         lambda a, ins: _acc_in("AccumulatorNumAccumulated", ins) or [TType("int64", ())], stateful=True)
+register("AccumulatorSetGlobalStep", ("handle", "new_global_step"), 0, {},
+         lambda a, ins: _acc_in("AccumulatorSetGlobalStep", ins, [(1, "new_global_step")]) or [], stateful=True)

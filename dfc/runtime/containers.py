@@ -13,12 +13,20 @@ each Variable starts again from its initial value.
 The executor reaches state only through `Container.variable` and the
 `VariableResource` methods (read / assign / snapshot), so a later container can
 live in another process (a parameter-server task) behind the same interface.
+
+Queues (`QueueResource`, `Container.queue`) and gradient accumulators
+(`AccumulatorResource`, `Container.accumulator`) live in containers the same way
+(whitepaper §4.6): found by shared name, so every graph, Session and task naming
+one shares it. Their operations that may wait never block: they take `done` /
+`fail` callbacks, which run (on whichever thread makes the operation possible,
+outside the resource's lock) once the operation completes or cannot.
 """
+import collections
 import threading
 
 import numpy as np
 
-from dfc.errors import DfcError, DfcRuntimeError
+from dfc.errors import DfcError, DfcQueueClosed, DfcRuntimeError
 
 DEFAULT = ""
 
@@ -83,6 +91,212 @@ def _frozen(value, fresh=False):
     return value
 
 
+class _Waiter:
+    """One waiting operation on a queue or accumulator: its callbacks and what it has so far."""
+    __slots__ = ("n", "items", "done", "fail", "node")
+
+    def __init__(self, n, items, done, fail, node):
+        self.n, self.items, self.done, self.fail, self.node = n, items, done, fail, node
+
+
+class QueueResource:
+    """A FIFO queue of elements (tuples of arrays of `dtypes`) holding at most `capacity` of them.
+
+    `enqueue(elements, done, fail)` adds elements as room appears (an enqueue of many on a full queue
+    completes once all are in), `dequeue(n, done, fail)` takes n elements as they arrive; waiting operations
+    are served in the order they came (one dequeue_many(5) ahead of a dequeue waits first). `close()`:
+    later enqueues fail with DfcQueueClosed; dequeues go on while elements remain, and a dequeue the
+    remaining elements cannot satisfy fails (its elements stay in the queue); pending enqueues still
+    complete as room appears unless `cancel_pending_enqueues`. Callbacks run outside the lock.
+    """
+
+    def __init__(self, name, capacity, dtypes, shapes=None):
+        self.name, self.capacity = name, int(capacity)
+        self.dtypes = tuple(dtypes)
+        self.shapes = None if shapes is None else tuple(tuple(s) for s in shapes)
+        self.items = collections.deque()
+        self.getters, self.putters = collections.deque(), collections.deque()
+        self.closed = False
+        self.lock = threading.Lock()
+
+    def spec(self):
+        return self.capacity, self.dtypes, self.shapes
+
+    def describe(self):
+        shapes = "" if self.shapes is None else f", shapes {[list(s) for s in self.shapes]}"
+        return f"a queue of capacity {self.capacity} of ({', '.join(self.dtypes)}{shapes})"
+
+    def size(self):
+        with self.lock:
+            return len(self.items)
+
+    def enqueue(self, elements, done, fail, node=None):
+        """Add `elements` (a list of tuples); done() once all are in. Returns a token for `cancel`."""
+        with self.lock:
+            if self.closed:
+                calls = [(fail, DfcQueueClosed(f"enqueue to queue {self.name!r}, which is closed", node=node))]
+                w = None
+            else:
+                w = _Waiter(len(elements), collections.deque(elements), done, fail, node)
+                self.putters.append(w)
+                calls = self._pump()
+        _call(calls)
+        return w
+
+    def dequeue(self, n, done, fail, node=None):
+        """Take `n` elements; done(list of n element tuples) once they are there. Returns a token for `cancel`."""
+        w = _Waiter(int(n), [], done, fail, node)
+        with self.lock:
+            self.getters.append(w)
+            calls = self._pump()
+        _call(calls)
+        return w
+
+    def close(self, cancel_pending_enqueues=False):
+        with self.lock:
+            self.closed = True
+            calls = self._pump()
+            if cancel_pending_enqueues:
+                while self.putters:
+                    w = self.putters.popleft()
+                    calls.append((w.fail, DfcQueueClosed(f"enqueue to queue {self.name!r} cancelled: the queue "
+                                                         f"was closed", node=w.node)))
+        _call(calls)
+
+    def cancel(self, w):
+        """Withdraw a waiting operation (its run stopped); False if it already completed. A cancelled
+        dequeue puts back the elements it had taken."""
+        with self.lock:
+            if w in self.getters:
+                self.getters.remove(w)
+                self.items.extendleft(reversed(w.items))
+                calls = self._pump()
+            elif w in self.putters:
+                self.putters.remove(w)
+                calls = self._pump()
+            else:
+                return False
+        _call(calls)
+        return True
+
+    def _pump(self):
+        """Move elements from waiting enqueues to the queue to waiting dequeues; the callbacks to run."""
+        calls, items = [], self.items
+        while True:
+            moved = False
+            while self.putters and len(items) < self.capacity:
+                w = self.putters[0]
+                items.append(w.items.popleft())
+                moved = True
+                if not w.items:
+                    self.putters.popleft()
+                    calls.append((w.done, None))
+            while self.getters and (items or len(self.getters[0].items) == self.getters[0].n):
+                w = self.getters[0]
+                if len(w.items) < w.n:
+                    w.items.append(items.popleft())
+                    moved = True
+                if len(w.items) == w.n:
+                    self.getters.popleft()
+                    calls.append((w.done, w.items))
+            if moved:
+                continue
+            if self.closed and self.getters and not self.putters:
+                w = self.getters.popleft()      # nothing can add elements: it cannot be satisfied
+                items.extendleft(reversed(w.items))
+                many = f"{w.n} elements" if w.n != 1 else "an element"
+                calls.append((w.fail, DfcQueueClosed(f"queue {self.name!r} is closed and has only {len(items)} "
+                                                     f"element(s); cannot dequeue {many}", node=w.node)))
+                continue
+            return calls
+
+    def __repr__(self):
+        return f"<QueueResource {self.name!r} {len(self.items)}/{self.capacity}{' closed' if self.closed else ''}>"
+
+
+class AccumulatorResource:
+    """A gradient accumulator (TF's ConditionalAccumulator): gradients of `dtype` and `shape` are summed
+    until a `take` of n finds at least n; it gets their average, the sum starts again from zero and the
+    accumulator's global step goes up by one. A gradient computed at a step older than the global step
+    (stale) is dropped. Takes wait in the order they came."""
+
+    def __init__(self, name, dtype, shape=None):
+        self.name, self.dtype = name, dtype
+        self.shape = None if shape is None else tuple(shape)
+        self.sum, self.count, self.global_step = None, 0, 0
+        self.takers = collections.deque()
+        self.lock = threading.Lock()
+
+    def spec(self):
+        return self.dtype, self.shape
+
+    def describe(self):
+        return f"an accumulator of {self.dtype}{'' if self.shape is None else list(self.shape)}"
+
+    def apply(self, grad, local_step, node=None):
+        """Add `grad`, computed at `local_step`; False (dropped) if the step is stale."""
+        if grad.dtype.name != self.dtype or (self.shape is not None and tuple(grad.shape) != self.shape):
+            raise DfcRuntimeError(f"accumulator {self.name!r} holds {self.describe()[3:]}, got a gradient of "
+                                  f"{grad.dtype.name}{list(grad.shape)}", node=node)
+        with self.lock:
+            if int(local_step) < self.global_step:
+                return False
+            if self.sum is not None and tuple(self.sum.shape) != tuple(grad.shape):
+                raise DfcRuntimeError(f"accumulator {self.name!r} holds gradients of shape {list(self.sum.shape)}, "
+                                      f"got one of shape {list(grad.shape)}", node=node)
+            self.sum = grad.copy() if self.sum is None else self.sum + grad
+            self.count += 1
+            calls = self._pump()
+        _call(calls)
+        return True
+
+    def take(self, n, done, fail, node=None):
+        """done(average) once at least `n` gradients are in; returns a token for `cancel`."""
+        if int(n) < 1:
+            raise DfcRuntimeError(f"take_grad needs num_required >= 1, got {int(n)}", node=node)
+        w = _Waiter(int(n), None, done, fail, node)
+        with self.lock:
+            self.takers.append(w)
+            calls = self._pump()
+        _call(calls)
+        return w
+
+    def cancel(self, w):
+        with self.lock:
+            if w not in self.takers:
+                return False
+            self.takers.remove(w)
+            calls = self._pump()
+        _call(calls)
+        return True
+
+    def num_accumulated(self):
+        with self.lock:
+            return self.count
+
+    def set_global_step(self, step):
+        with self.lock:
+            self.global_step = int(step)
+
+    def _pump(self):
+        calls = []
+        while self.takers and self.count >= self.takers[0].n:
+            w = self.takers.popleft()
+            avg = self.sum / self.sum.dtype.type(self.count)
+            self.sum, self.count = None, 0
+            self.global_step += 1
+            calls.append((w.done, avg))
+        return calls
+
+    def __repr__(self):
+        return f"<AccumulatorResource {self.name!r} {self.count} gradient(s), step {self.global_step}>"
+
+
+def _call(calls):
+    for fn, arg in calls:
+        fn(arg)
+
+
 class Container:
     """A named set of resources, safe to use from many threads."""
 
@@ -112,6 +326,30 @@ class Container:
                                   f"{want.dtype}{list(want.shape)}", node=node)
         return r
 
+    def queue(self, shared_name, make, node=None):
+        """The queue resource `shared_name`; made by `make()` (a QueueResource) if the container has none.
+        An existing queue of another capacity, dtypes or shapes is an error."""
+        return self._resource(shared_name, make, QueueResource, "queue", node)
+
+    def accumulator(self, shared_name, make, node=None):
+        """The gradient accumulator `shared_name`; made by `make()` (an AccumulatorResource) if new."""
+        return self._resource(shared_name, make, AccumulatorResource, "accumulator", node)
+
+    def _resource(self, shared_name, make, cls, what, node):
+        with self._lock:
+            r = self._items.get(shared_name)
+            if r is None:
+                r = self._items[shared_name] = make()
+                return r
+        if not isinstance(r, cls):
+            raise DfcRuntimeError(f"resource {shared_name!r} in container {self.name!r} is a "
+                                  f"{type(r).__name__}, not a {what}", node=node)
+        want = make()
+        if want.spec() != r.spec():
+            raise DfcRuntimeError(f"{what} {shared_name!r} in container {self.name!r} is {r.describe()}, but this "
+                                  f"graph declares it {want.describe()}", node=node)
+        return r
+
     def lookup(self, shared_name):
         """The resource `shared_name`, or None."""
         with self._lock:
@@ -128,8 +366,10 @@ class Container:
 
     def restore(self, values):
         """Put back a snapshot: those Variables take those values, Variables made since are dropped."""
-        with self._lock:
+        with self._lock:     # queues and accumulators are not part of a snapshot: they stay
+            others = {n: r for n, r in self._items.items() if not isinstance(r, VariableResource)}
             self._items = {n: VariableResource(n, v) for n, v in values.items()}
+            self._items.update((n, r) for n, r in others.items() if n not in self._items)
 
     def reset(self):
         with self._lock:

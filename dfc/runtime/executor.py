@@ -40,7 +40,7 @@ from dfc.runtime.kernels import kernel_for
 from dfc.runtime.limits import SEND_BYTES, kernel_error, limit_kernel
 from dfc.runtime.values import DEAD
 
-NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, SEND, RECV = range(8)
+NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, SEND, RECV, ASYNC = range(9)   # ASYNC: OpDef.async_kernel
 _XFER = {"Send": SEND, "Recv": RECV}
 TOKEN = np.bool_(True)    # the value a Send of a control edge carries
 _KIND = {"switch": SWITCH, "merge": MERGE, "enter": ENTER, "exit": EXIT, "next_iteration": NEXT}
@@ -184,6 +184,8 @@ class Plan:
             opdef = opreg.get(n.op)
             fed = n.name in feed_names
             k = NORMAL if fed else _XFER.get(n.op) or _KIND.get(opdef.kind, NORMAL)
+            if k == NORMAL and opdef.async_kernel and not fed:
+                k = ASYNC       # may wait (a queue's dequeue): completes through the completion queue
             self.kind[i] = k
             if fed:
                 self.feed_index[n.name] = i
@@ -289,6 +291,7 @@ class Run:
         self.recvs_pending = 0
         self.kernels_in_flight = 0
         self.recv_waits = {}
+        self.async_waits = {}       # (node, tag) -> the pending Later of an async kernel
         self._done = transport.coord.queues[transport.name] if transport is not None else queue.SimpleQueue()
         self.kern = list(plan.kern)
         for name, value in feeds.items():
@@ -310,10 +313,14 @@ class Run:
             it0.outstanding += 1
             ready.append((i, it0, Pending(0, [])))
         with np.errstate(all="ignore"):
-            if self.pool is None:
-                self._loop_inline(ready)
-            else:
-                self._loop_pool(ready)
+            try:
+                if self.pool is None:
+                    self._loop_inline(ready)
+                else:
+                    self._loop_pool(ready)
+            except BaseException:
+                self._cancel_async()
+                raise
         out = []
         for i, port in p.fetches:
             v = self.results.get((i, port))
@@ -358,9 +365,11 @@ class Run:
                         self._cleanup(it.frame, ready)
                 elif k == RECV:
                     self._post_recv(i, it)
+                elif k == ASYNC and not st.dead:
+                    self._start_async(i, it, st)
                 else:
                     finish(i, it, st, None, ready)
-            if not self.recvs_pending:
+            if not (self.recvs_pending or self.async_waits):
                 break
             error = self._complete(self._next_completion(), ready)
             if error is not None:
@@ -394,6 +403,8 @@ class Run:
                 i, it, st = ready.popleft()
                 if kind[i] == RECV:
                     self._post_recv(i, it)
+                elif kind[i] == ASYNC and not st.dead:
+                    self._start_async(i, it, st)
                 elif heavy[i] and not st.dead and sum(getattr(a, "size", 1) for a in st.args) >= HEAVY_ELEMENTS:
                     if transport is not None:
                         transport.coord.started_kernel()
@@ -404,18 +415,24 @@ class Run:
                         self._finish(i, it, st, None, ready)
                     except DfcError as e:
                         error = e
-                while (self.kernels_in_flight or self.recvs_pending) and not done.empty():
+                while (self.kernels_in_flight or self.recvs_pending or self.async_waits) and not done.empty():
                     error = self._complete(self._next_completion(), ready) or error
             if error is not None:
                 self._drain_kernels()
                 raise error
-            if not (self.kernels_in_flight or self.recvs_pending):
+            if not (self.kernels_in_flight or self.recvs_pending or self.async_waits):
                 break
             error = self._complete(self._next_completion(), ready) or error
 
     def _next_completion(self):
         if self.transport is None:
-            return self._done.get()
+            if not self.async_waits:
+                return self._done.get()
+            while True:     # an async kernel may wait long: look up now and then (Ctrl-C, async exceptions)
+                try:
+                    return self._done.get(timeout=0.1)
+                except queue.Empty:
+                    pass
         return self.transport.coord.get(self.transport.name)
 
     def _drain_kernels(self):
@@ -432,6 +449,8 @@ class Run:
             del self.recv_waits[(i, it.tag)]
             if outs is not None and self.p.device is not None:
                 outs = (self.p.device.to_device(outs[0]),)
+        elif self.p.kind[i] == ASYNC:
+            del self.async_waits[(i, it.tag)]
         else:
             self.kernels_in_flight -= 1
         if exc is not None:
@@ -446,6 +465,37 @@ class Run:
 
     def _wrap(self, i, e):
         return kernel_error(self.p.nodes[i], e)
+
+    # -------------------------------------------------------------- asynchronous kernels
+    def _start_async(self, i, it, st):
+        """Run node i's async kernel (OpDef.async_kernel): it returns a Later whose completion comes back
+        through the completion queue, like a Recv's value; other nodes run meanwhile. While it waits it
+        counts as work for the partition deadlock detector (a queue may be filled by another Session)."""
+        self.ctx.tag = it.tag
+        try:
+            later = self.kern[i](self.ctx, st.args)
+        except Exception as e:   # noqa: BLE001
+            raise self._wrap(i, e) from None
+        self.async_waits[(i, it.tag)] = later
+        args = st.args if self.mem is not None else None
+        t = self.transport
+        if t is None:
+            put = self._done.put
+        else:
+            t.coord.started_kernel()
+            put = (lambda coord, name: lambda item: coord.post_kernel(name, item))(t.coord, t.name)
+        later.start(lambda outs: put((i, it, tuple(outs), None, args)),
+                    lambda e: put((i, it, None, e, args)))
+
+    def _cancel_async(self):
+        """The run stops: withdraw the async kernels still waiting (a dequeue must not take an element
+        for a run that is gone)."""
+        for later in list(self.async_waits.values()):
+            try:
+                later.cancel()
+            except Exception:   # noqa: BLE001 — stopping anyway
+                pass
+        self.async_waits.clear()
 
     # -------------------------------------------------------------- Send / Recv
     def _post_recv(self, i, it):
@@ -513,7 +563,7 @@ class Run:
         p = self.p
         k = p.kind[i]
         release = st is not None and self.mem is not None
-        if k == NORMAL or k == RECV:
+        if k == NORMAL or k == RECV or k == ASYNC:
             if st is not None:
                 if st.dead:
                     outs = None
@@ -740,6 +790,8 @@ class Run:
             a = p.nodes[i].attrs
             where = "".join(f" in {p.frame_names[tag[k]]} iteration {tag[k + 1]}" for k in range(0, len(tag), 2))
             names.append(f"{p.nodes[i].name} (Recv of {a['tensor_name']} from {a['send_device']}{where})")
+        for i, tag in self.async_waits:
+            names.append(f"{p.nodes[i].name} ({p.nodes[i].op}, waiting)")
         pending = []
         if hasattr(self, "it0"):
             self._collect_pending(self.it0, pending)

@@ -12,6 +12,7 @@ structure) are not fused and run on the general tagged-frame path.
 import numpy as np
 
 from dfc.errors import DfcError, DfcRuntimeError
+from dfc.ir import ops as opreg
 from dfc.ir.graph import parse_input
 from dfc.runtime.limits import kernel_error
 from dfc.runtime.values import DEAD
@@ -92,7 +93,7 @@ class FrameProgram:
         children = sorted(self._child_frames(fid))
         for i in members:
             op = p.nodes[i].op
-            if op in _NOT_FUSABLE:
+            if op in _NOT_FUSABLE or opreg.get(op).async_kernel:     # an async kernel may wait
                 raise NotFusable(op)
             if p.kind[i] == SWITCH and p.ins[i][1][0] == lc:
                 src = p.ins[i][0][0]

@@ -36,7 +36,7 @@ from dfc.ir.graph import Graph, Node, ROOT_FRAME, parse_input
 from dfc.ir.loops import LoopBuilder
 from dfc.runtime.devices import canonical_name, split_task
 
-RESOURCE_OPS = frozenset({"VarHandle", "StackV2", "TensorArray"})
+RESOURCE_OPS = frozenset({"VarHandle", "StackV2", "TensorArray", "QueueHandle", "AccumulatorHandle"})
 _OP_SECONDS = 1e-6            # fixed cost of running one node
 _ELEMENT_SECONDS = 1e-9       # per output element of a heavy op, on a device of speed 1
 _XFER_SECONDS = 20e-6         # latency of one Send/Recv

@@ -30,11 +30,16 @@ or dead for a loop on an untaken branch.
 
 The interpreter runs until nothing is ready and no frame can finish; a fetch
 that then has no value is a DfcDeadlockError naming the nodes still waiting.
+An asynchronous kernel (OpDef.async_kernel: a queue's dequeue, which may wait
+for another thread or an enqueue later in this graph) is started and its node
+completes when its value arrives: every other ready node runs first, and the
+interpreter waits for a completion only when nothing else can run.
 State (Variables) is reached through the container interface of the kernel
 context, exactly as in the executor. `parallel_iterations` only bounds
 memory in the executor; it does not change results, so it is not modelled.
 """
 import collections
+import queue
 
 import numpy as np
 
@@ -83,6 +88,8 @@ class Interpreter:
         self.ready = collections.deque()
         self.results = {}               # (node, port) -> (value, is_dead) in the root frame
         self.kernels = {}
+        self.waiting = {}               # (node, tag) -> the pending Later of an async kernel
+        self.completions = queue.SimpleQueue()
 
     def _index_edges(self):
         g = self.graph
@@ -121,11 +128,19 @@ class Interpreter:
                     raise DfcGraphError("a node without inputs must be in the root frame", node=name)
                 self.ready.append((name, (), [], False))
         with np.errstate(all="ignore"):
-            while True:
-                while self.ready:
-                    self.execute(*self.ready.popleft())
-                if not self.finish_a_frame():
-                    break
+            try:
+                while True:
+                    while self.ready:
+                        self.execute(*self.ready.popleft())
+                    if self.complete_async(block=False) or self.finish_a_frame():
+                        continue
+                    if not self.waiting:
+                        break
+                    self.complete_async(block=True)     # nothing else can run: wait for an async kernel
+            except BaseException:
+                for later in self.waiting.values():     # the run stops: withdraw what still waits
+                    later.cancel()
+                raise
         return [self.fetched(name, port) for name, port in self.fetches]
 
     def fetched(self, name, port):
@@ -142,6 +157,10 @@ class Interpreter:
     def execute(self, name, tag, inputs, dead):
         """Evaluate node `name` at `tag` on its input values (Figure 5)."""
         kind = self.kind(name)
+        if kind == NORMAL and not dead and name not in self.feeds and \
+                opreg.get(self.graph.nodes[name].op).async_kernel:
+            self.start_async(name, tag, inputs)
+            return
         if kind == NORMAL:
             outs = None if dead else self.compute(name, tag, inputs)
             n = opreg.get(self.graph.nodes[name].op).num_outputs(self.graph.nodes[name].attrs, len(inputs)) \
@@ -168,7 +187,7 @@ class Interpreter:
                 self.start_iteration(frame, n)
                 self.emit(name, frame.tag(n), [(inputs[0], False)], False)
 
-    def compute(self, name, tag, inputs):
+    def compute(self, name, tag, inputs, raw=False):
         if name in self.feeds:
             return (self.feeds[name],)
         node = self.graph.nodes[name]
@@ -179,9 +198,39 @@ class Interpreter:
         if kernel is None:
             kernel = self.kernels[name] = kernel_for(node, np, self.ctx.memory_limit)
         try:
-            return tuple(kernel(self.ctx, inputs))
+            out = kernel(self.ctx, inputs)
+            return out if raw else tuple(out)
         except Exception as e:   # noqa: BLE001 — a failing kernel is the user's error, named by node
             raise kernel_error(node, e) from None
+
+    def start_async(self, name, tag, inputs):
+        """Start node `name`'s async kernel; its outputs are emitted when it completes."""
+        later = self.compute(name, tag, inputs, raw=True)
+        self.waiting[(name, tag)] = later
+        put = self.completions.put
+        later.start(lambda outs: put((name, tag, tuple(outs), None)), lambda e: put((name, tag, None, e)))
+
+    def complete_async(self, block):
+        """Emit the outputs of one async kernel that completed (waiting for one if `block`); False if none."""
+        if not self.waiting:
+            return False
+        try:
+            item = self.completions.get_nowait()
+        except queue.Empty:
+            if not block:
+                return False
+            while True:     # look up now and then, so Ctrl-C gets through
+                try:
+                    item = self.completions.get(timeout=0.1)
+                    break
+                except queue.Empty:
+                    pass
+        name, tag, outs, error = item
+        del self.waiting[(name, tag)]
+        if error is not None:
+            raise kernel_error(self.graph.nodes[name], error)
+        self.emit(name, tag, [(v, False) for v in outs], False)
+        return True
 
     def enter(self, name, tag, value, dead):
         child = self.graph.nodes[name].attrs["frame_name"]
@@ -266,6 +315,8 @@ class Interpreter:
                 continue
             if any(_inside(f, frame) for f in self.frames.values()):
                 continue                        # a loop inside it is still running
+            if any(_tag_in(t, frame) for _, t in self.waiting):
+                continue                        # an async kernel in it has not completed
             del self.frames[key]
             for name in self.exits_of[frame.name]:
                 if name not in frame.live_exits:
@@ -278,6 +329,12 @@ def _inside(inner, outer):
     """Whether frame instance `inner` runs inside an iteration of `outer`."""
     p = outer.parent_tag
     return len(inner.parent_tag) > len(p) and inner.parent_tag[:len(p)] == p and inner.parent_tag[len(p)][0] == outer.name
+
+
+def _tag_in(tag, frame):
+    """Whether tag `tag` is inside an iteration of frame instance `frame`."""
+    p = frame.parent_tag
+    return len(tag) > len(p) and tag[:len(p)] == p and tag[len(p)][0] == frame.name
 
 
 def run(graph, fetches, feeds=None, targets=(), ctx=None):

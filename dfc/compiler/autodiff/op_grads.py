@@ -327,6 +327,9 @@ NOT_DIFFERENTIABLE = frozenset("""
     VarHandle Assign AssignAdd AssignSub StackV2 StackPush StackPop
     TensorArray TensorArraySize TensorArrayGrad Save Restore Send Recv
     Progress SummaryScalar SummaryHistogram
+    QueueHandle QueueEnqueue QueueEnqueueMany QueueDequeue QueueDequeueMany QueueSize QueueClose
+    AccumulatorHandle AccumulatorApplyGradient AccumulatorTakeGradient AccumulatorNumAccumulated
+    AccumulatorSetGlobalStep
 """.split())
 
 # Control-flow primitives: their gradients are the dual constructs built by control_flow_grad
