@@ -26,6 +26,9 @@ def record_function(node):
     key = origin.get_origin(node)
     if key is None:
         return
+    for where in [w for w, owner in LINE_OWNER.items() if owner == key]:   # an edited, reloaded file
+        del LINE_OWNER[where]
+        ASSIGNMENTS.pop(where, None)
     stack = list(getattr(node, "body", []) if isinstance(node.body, list) else [])
     while stack:
         stmt = stack.pop()
