@@ -348,8 +348,8 @@ def einsum(subscripts, *operands):
     """numpy.einsum(subscripts, *operands): the sum over repeated subscript letters of the products of
     the operands' elements ('ij,jk->ik' is matmul, 'ii->i' the diagonal, '...ij->...ji' a batched
     transpose). Implicit mode (no '->') sorts the letters that appear once, as numpy does. Operands are
-    promoted to one dtype. The gradient does not support a letter repeated within one operand
-    ('ii->') or ellipsis dimensions summed away."""
+    promoted to one dtype. The gradient is an einsum too; it does not support ellipsis dimensions
+    that are summed away ('...i->i')."""
     if not isinstance(subscripts, str):
         _fail("dfc.einsum takes the subscripts string first (the interleaved form is not supported)")
     if not operands:

@@ -1008,6 +1008,9 @@ def einsum_shape(equation, shapes):
             sizes[c] = broadcast_shapes((sizes.get(c, 1),), (n,))[0] if c in sizes else n
     batch = broadcast_shapes(*ell) if ell else ()
     k = out.find("...")
+    if k < 0 and batch:
+        raise DfcTypeError(f"einsum {equation!r}: the '...' dimensions {dt.format_shape(batch)} must be in the output "
+                           f"(numpy does not sum them away)")
     dims = [sizes[c] for c in out.replace("...", "")]
     return tuple(dims if k < 0 else dims[:k] + list(batch) + dims[k:])
 

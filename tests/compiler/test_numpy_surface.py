@@ -213,6 +213,11 @@ GRADIENTS = {
     "einsum_sum_only": (lambda a, b: dfc.einsum("ijk,j->i", a, b) ** 2, [(2, 3, 4), (3,)]),
     "einsum_trace_like": (lambda a, b: dfc.einsum("ij,ji->", a, b), [(3, 2), (2, 3)]),
     "einsum_bcast1": (lambda a, b: dfc.einsum("ij,ij->ij", a, b) ** 2, [(1, 3), (2, 3)]),
+    "einsum_diagonal": (lambda a: dfc.einsum("ii->i", a) * np.arange(3.0), [(3, 3)]),
+    "einsum_trace": (lambda a: dfc.einsum("ii", a) ** 2, [(3, 3)]),
+    "einsum_batch_diag": (lambda a, b: dfc.einsum("...ii,ij->...j", a, b) ** 2, [(2, 3, 3), (3, 2)]),
+    "einsum_repeat_and_sum": (lambda a: dfc.einsum("iji->j", a) ** 2, [(2, 3, 2)]),
+    "einsum_all": (lambda a: dfc.einsum("ij->", a) ** 2, [(2, 3)]),
     "repeat": (lambda x: dfc.repeat(x, [2, 0, 1], axis=1) * np.arange(3.0), [(2, 3)]),
     "repeat_scalar": (lambda x: dfc.repeat(x, 3) * np.arange(18.0), [(2, 3)]),
     "tile": (lambda x: dfc.tile(x, (2, 3)) * np.arange(36.0).reshape(4, 9), [(2, 3)]),
@@ -371,3 +376,9 @@ def test_eye_tril_triu_diagonal_trace():
     n = run(lambda k: dfc.eye(k), np.int64(2))
     same(n, np.eye(2, dtype=np.float32))
     check(lambda q: dfc.linalg.trace(q)[:, None, None] * dfc.tril(q, -1) + dfc.diagonal(dfc.triu(q))[:, None, :], s)
+
+
+def test_einsum_must_keep_ellipsis_dimensions():
+    with pytest.raises(dfc.DfcTypeError, match="must be in the output"):
+        dfc.trace(lambda t: dfc.einsum("...i->i", t), dfc.TensorSpec([2, 3], "float32"))
+    same(run(lambda t: dfc.einsum("...i->i", t), np.arange(3.0)), np.arange(3.0))   # no '...' dimensions

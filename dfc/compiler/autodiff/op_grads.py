@@ -7,6 +7,8 @@ types), `op.shape_in(k)` its shape as a tensor. None means "no gradient".
 Every op of the registry is in GRADS, NOT_DIFFERENTIABLE or STRUCTURAL (a test
 checks it): unsupported is a rule, not a missing key.
 """
+import string
+
 import numpy as np
 
 from dfc.compiler import ops_api as K
@@ -276,31 +278,46 @@ def _pad_grad(op, g):
 
 
 def _einsum_grad(op, g):
+    """Operand k's gradient is itself an einsum: of g and the other operands, to operand k's subscripts.
+    A letter only operand k has (summed there) comes back through a vector of ones; a letter repeated in
+    operand k ('ii->i') gets a fresh letter tied to the first by an identity matrix."""
+    from dfc.compiler.numpy_api import eye
     from dfc.ir.ops import parse_einsum
-    ins, out = parse_einsum(op.attrs["equation"], op.n_inputs)
+    eq = op.attrs["equation"]
+    ins, out = parse_einsum(eq, op.n_inputs)
+    fresh = iter([c for c in string.ascii_letters if c not in eq])
     grads = []
     for k, sub in enumerate(ins):
-        letters = sub.replace("...", "")
-        if len(set(letters)) != len(letters):
-            raise DfcError(f"gradient of einsum {op.attrs['equation']!r}: a letter repeats in operand {k}",
-                           node=op.node.name)
         others = [out] + [s for j, s in enumerate(ins) if j != k]
-        present = set("".join(others).replace("...", ""))
         if "..." in sub and not any("..." in s for s in others):
-            raise DfcError(f"gradient of einsum {op.attrs['equation']!r}: operand {k}'s '...' dimensions are "
-                           f"summed away", node=op.node.name)
-        kept = "".join(c for c in sub if c in present or c == ".")
-        vals = [g] + [op.x(j) for j in range(op.n_inputs) if j != k]
-        gk = _make("Einsum", vals, {"equation": ",".join(others) + "->" + kept})
-        if kept != sub:       # letters only operand k had were summed: broadcast the gradient back
-            head, _, tail = sub.partition("...")
-            for i, c in enumerate(head):
-                if c not in present:
-                    gk = K.expand_dims(gk, i)
-            for d, c in enumerate(reversed(tail), 1):
-                if c not in present:
-                    gk = K.expand_dims(gk, -d)
-            gk = _make("BroadcastTo", (gk, op.shape_in(k)))
+            raise DfcError(f"gradient of einsum {eq!r}: operand {k}'s '...' dimensions are summed away",
+                           node=op.node.name)
+        present = set("".join(others).replace("...", ""))
+        extra, extra_subs, seen = [], [], set()
+        shape = op.input(k).shape
+
+        def size(axis):
+            return shape[axis] if shape is not None and shape[axis] is not None else op.shape_in(k)[axis]
+
+        def letter(c, axis):
+            if c in seen:
+                f = next(fresh)
+                extra.append(eye(size(axis), dtype=g.dtype))
+                extra_subs.append(c + f)
+                return f
+            seen.add(c)
+            if c not in present:
+                extra.append(K.ones([size(axis)], g.dtype))
+                extra_subs.append(c)
+            return c
+
+        head, dots, tail = sub.partition("...")
+        target = "".join(letter(c, i) for i, c in enumerate(head)) + dots + \
+            "".join(letter(c, i - len(tail)) for i, c in enumerate(tail))
+        if not dots and any("..." in s for s in others):
+            target = "..." + target      # numpy sums no '...' dimensions away: unbroadcast does
+        vals = [g] + [op.x(j) for j in range(op.n_inputs) if j != k] + extra
+        gk = _make("Einsum", vals, {"equation": ",".join(others + extra_subs) + "->" + target})
         grads.append(unbroadcast(op, k, gk))
     return grads
 
