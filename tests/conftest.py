@@ -15,6 +15,18 @@ from dfc import nest
 from dfc.ir.graph import Graph, Node
 
 DEVICES = ("cpu:0", "cpu:1", "cpu:2")
+# DFC_TEST_DEVICE=strict (the strict cupy double, dfc/runtime/strict.py) or gpu (needs cupy and a GPU): every
+# Session places its programs on device 0 of that kind, and the random partition mixes it with the host.
+TEST_DEVICE = os.environ.get("DFC_TEST_DEVICE", "cpu")
+if TEST_DEVICE != "cpu":
+    from dfc.runtime import devices as _devices
+    _devices.set_default_device(f"{TEST_DEVICE}:0")
+    DEVICES = (f"{TEST_DEVICE}:0", f"{TEST_DEVICE}:1" if TEST_DEVICE == "strict" else "cpu:1", "cpu:0")
+
+
+def _host(v):
+    """A Variable's value as a numpy array (on a strict or gpu test device it lives in device memory)."""
+    return v.get() if hasattr(v, "get") and not isinstance(v, np.ndarray) else v
 
 
 def placed_randomly(graph, seed):
@@ -22,7 +34,10 @@ def placed_randomly(graph, seed):
     rng = random.Random(seed)
     g = Graph(graph.signature.get("name"))
     for n in graph.nodes.values():
-        g.add_node(Node(n.name, n.op, list(n.inputs), dict(n.attrs), rng.choice(DEVICES), n.loc))
+        d = rng.choice(DEVICES)
+        if TEST_DEVICE != "cpu" and n.op in _devices.HOST_ONLY_OPS:
+            d = "cpu:0"
+        g.add_node(Node(n.name, n.op, list(n.inputs), dict(n.attrs), d, n.loc))
     g.signature = graph.signature
     return g
 
@@ -83,7 +98,7 @@ def run_all_modes(graph, *args, **kwargs):
             continue
         assert state.keys() == states[0].keys(), where
         for name, value in state.items():
-            np.testing.assert_array_equal(states[0][name], value, err_msg=f"variable {name}, {where}")
+            np.testing.assert_array_equal(_host(states[0][name]), _host(value), err_msg=f"variable {name}, {where}")
     return results[0]
 
 

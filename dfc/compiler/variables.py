@@ -27,6 +27,7 @@ from dfc.errors import DfcError, DfcInputError, DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.compiler.tracing import Tensor, convert, const_array, current_builder, user_location
 from dfc.runtime import containers
+from dfc.runtime.devices import is_device_array
 from dfc.runtime.session import convert_input
 
 _names = set()
@@ -111,7 +112,7 @@ class Variable:
             v = c.read_variable(task, self.shared_name, self.container)
             return np.array(self.initial_value if v is None else v)
         v = self._resource().read()
-        return v.get() if hasattr(v, "__cuda_array_interface__") else np.array(v)
+        return v.get() if is_device_array(v) else np.array(v)
 
     def __array__(self, dtype=None, copy=None):
         v = self.numpy()

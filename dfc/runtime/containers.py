@@ -27,6 +27,7 @@ import threading
 import numpy as np
 
 from dfc.errors import DfcError, DfcQueueClosed, DfcRuntimeError
+from dfc.runtime.devices import is_device_array
 
 DEFAULT = ""
 
@@ -49,7 +50,7 @@ class VariableResource:
         """Keep the value in the memory of array module `xp` (numpy, or cupy for a GPU): a Variable lives
         where the graph that uses it runs, and moves when a graph on another kind of device uses it."""
         with self.lock:
-            on_gpu = hasattr(self.value, "__cuda_array_interface__")
+            on_gpu = is_device_array(self.value)
             if xp is np and on_gpu:
                 self.value = _frozen(self.value.get(), fresh=True)
             elif xp is not np and not on_gpu:

@@ -1,11 +1,13 @@
 """Devices: where a partition runs, which array module it uses, and how many bytes it holds.
 
-Three kinds, named "KIND:N":
+Four kinds, named "KIND:N":
 
 - `cpu:N`  numpy; `cpu:0` ... `cpu:7` always exist. Several logical CPU devices
   let a graph be partitioned and run concurrently on one machine.
-- `gpu:N`  cupy, imported only when a gpu device is first used; separate
-  streams for compute, host-to-device and device-to-host copies.
+- `gpu:N`  cupy, imported only when a gpu device is first used (see "Streams").
+- `strict:N` (N < 4) the same device code on dfc/runtime/strict.py, a cupy stand-in whose arrays
+  refuse implicit conversion to numpy and whose streams check ordering: it runs every GPU code path
+  on a machine without a GPU (`DFC_TEST_DEVICE=strict python -m pytest tests`).
 - `accel:N` a memory-capped accelerator made of numpy arrays: every tensor's
   bytes are counted from its creation until its last consumer is done, and
   going past the capacity raises DfcOutOfMemory. It makes the memory
@@ -14,7 +16,19 @@ Three kinds, named "KIND:N":
 Accounting is by buffer: a value and its views (reshape, slicing, Identity)
 share one entry, counted once; an entry is freed when its reference count
 (set by the executor from the number of consumers, plus holds by stacks,
-TensorArrays and variables) returns to zero.
+TensorArrays and variables) returns to zero. On gpu/strict devices the array
+module's memory pool (bytes really allocated) is reported too, and swapping
+decides from the larger of the two.
+
+Streams (§5.3), gpu and strict: kernels run on the device's compute stream;
+values come in on the host-to-device stream (from the host, or a peer copy
+from another GPU) and the compute stream waits on an event recorded after the
+copy; a value leaves (a Send, the final fetch) only after an event recorded
+on its producer's stream: a Send carries the value with that event (`Sent`),
+a Recv on the host or another GPU waits on it before copying, and the fetch
+copy's device-to-host stream waits on the compute stream. Swapping copies
+out and prefetches on two more streams of their own. Loop and cond
+predicates reach the host once per value (`Predicates`), not once per Switch.
 """
 import contextlib
 import re
@@ -25,9 +39,10 @@ import numpy as np
 
 from dfc.errors import DfcError, DfcGraphError, DfcOutOfMemory
 
-KINDS = ("cpu", "gpu", "accel")
+KINDS = ("cpu", "gpu", "accel", "strict")
 NUM_CPUS = 8
 NUM_ACCELS = 8
+NUM_STRICT = 4           # dfc.runtime.strict.NUM_DEVICES
 DEFAULT_ACCEL_CAPACITY = 256 << 20
 # Ops whose kernels exist only on the host (they talk to files or stdout).
 HOST_ONLY_OPS = frozenset({"Print", "Save", "Restore", "Progress", "SummaryScalar", "SummaryHistogram"})
@@ -58,7 +73,7 @@ def split_task(name, node=None):
     m = _NAME.match(text) if text is not None else None
     kind = m and m.group(1).lower()
     if kind not in KINDS:
-        raise DfcGraphError(f"bad device name {name!r} (use cpu:N, gpu:N or accel:N, optionally after a task: "
+        raise DfcGraphError(f"bad device name {name!r} (use cpu:N, gpu:N, accel:N or strict:N, optionally after a task: "
                             f"JOB:TASK/KIND:N such as worker:1/cpu:0)", node=node)
     return task, f"{kind}:{int(m.group(2) or 0)}"
 
@@ -73,7 +88,59 @@ def _base(a):
 
 
 def is_array(v):
-    return isinstance(v, np.ndarray) or hasattr(v, "__cuda_array_interface__")
+    return isinstance(v, np.ndarray) or is_device_array(v)
+
+
+def is_device_array(v):
+    """A cupy array or a strict double's array: data in device memory, read on the host only by copying."""
+    return hasattr(v, "__cuda_array_interface__") or getattr(type(v), "__dfc_device_array__", False)
+
+
+class Sent:
+    """What a Send of a device value puts in the rendezvous: the value and an event recorded after the work
+    that produces it; the receiving device waits on the event before it copies the value."""
+    __slots__ = ("value", "event")
+
+    def __init__(self, value, event):
+        self.value, self.event = value, event
+
+    @property
+    def nbytes(self):
+        return self.value.nbytes
+
+
+class Predicates:
+    """The truth of Switch predicates, one device-to-host copy per predicate value: every Switch of a loop
+    (one per loop variable) and of a cond reads the same LoopCond / condition value, so its first Switch
+    brings it to the host and the others reuse that. Keeps the last `size` values (and so their ids)."""
+
+    def __init__(self, size=64):
+        self.size, self.seen = size, {}
+
+    def __call__(self, v):
+        if not is_device_array(v):
+            return bool(v)
+        hit = self.seen.get(id(v))
+        if hit is not None and hit[0] is v:
+            return hit[1]
+        b = bool(v.get()) if v.size == 1 else bool(v)       # bool() of several values raises, as on numpy
+        if len(self.seen) >= self.size:
+            self.seen.pop(next(iter(self.seen)))
+        self.seen[id(v)] = (v, b)
+        return b
+
+
+_DEFAULT_DEVICE = ["cpu:0"]
+
+
+def default_device():
+    """The device unplaced nodes of every new Session go to (unless it names its own): 'cpu:0'."""
+    return _DEFAULT_DEVICE[0]
+
+
+def set_default_device(name):
+    """Make `name` the default device of Sessions created from now on (tests: DFC_TEST_DEVICE)."""
+    _DEFAULT_DEVICE[0] = canonical_name(name)
 
 
 class MemoryTracker:
@@ -199,6 +266,8 @@ class Device:
     """A device: its name, array module, capabilities and (optional) memory accounting."""
     kind = "cpu"
     accounts = False       # the executor refcounts values for memory accounting
+    device_arrays = False  # values are numpy arrays in host memory
+    fuses = False          # with memory accounting on, loops run unfused (exact per-value counts)
     speed = 1.0            # relative compute speed for the placement cost model
 
     def __init__(self, name, capacity=None, track=False):
@@ -221,8 +290,21 @@ class Device:
             raise DfcGraphError(f"no kernel for op {node.op!r} on device {self.name}", node=node.name)
 
     def to_device(self, v):
-        """A value received from another device, as this device's array type."""
-        return v.get() if hasattr(v, "__cuda_array_interface__") else v
+        """A value received from another device (a Recv), as this device's array type."""
+        if isinstance(v, Sent):
+            v, event = v.value, v.event
+            if event is not None:
+                event.synchronize()     # the host reads it: wait for the kernel that made it
+            return v.get()
+        return v.get() if is_device_array(v) else v
+
+    def outgoing(self, v):
+        """What a Send of v puts in the rendezvous (gpu: v with an event recorded after its producer)."""
+        return v
+
+    def fetch(self, values):
+        """Host copies of a run's fetched values, once the work that makes them is done."""
+        return values
 
     def record_event(self):
         """A marker of the work queued so far on the compute stream (None where work is synchronous)."""
@@ -234,6 +316,13 @@ class Device:
 
     def copy_from_host(self, v):
         return np.array(v, copy=True)
+
+    def used_bytes(self):
+        """Bytes the device holds: the executor's count (and, on a GPU, its memory pool's, if larger)."""
+        return self.memory.in_use if self.memory is not None else 0
+
+    def memory_stats(self):
+        return self.memory.stats()
 
     def run_context(self):
         return contextlib.nullcontext()
@@ -256,13 +345,20 @@ class AccelDevice(Device):
 
 
 class GPUDevice(Device):
-    """A CUDA GPU through cupy: compute on one stream, copies on two more (§5.3)."""
+    """A CUDA GPU through cupy (or the strict double: StrictDevice): compute on one stream, transfers on
+    four more (to and from the host, swap-out, swap-in), ordered by events (see "Streams" above)."""
     kind = "gpu"
     accounts = True
+    device_arrays = True   # values live in device memory: host reads are explicit copies
+    fuses = True           # fused loops run here (the executor accounts their stack holds and exits)
     speed = 10.0
 
+    @staticmethod
+    def backend():
+        return _cupy()
+
     def __init__(self, name, capacity=None, track=False):
-        cp = _cupy()
+        cp = self.backend()
         if cp is None:
             raise DfcError(f"device {name} needs cupy and a CUDA GPU, and cupy is not installed")
         index = int(split_task(name)[1].split(":")[1])
@@ -270,11 +366,11 @@ class GPUDevice(Device):
             raise DfcError(f"device {name} does not exist ({cp.cuda.runtime.getDeviceCount()} GPU(s))")
         with cp.cuda.Device(index):
             total = cp.cuda.runtime.memGetInfo()[1]
-            self.compute_stream = cp.cuda.Stream(non_blocking=True)
-            self.h2d_stream = cp.cuda.Stream(non_blocking=True)
-            self.d2h_stream = cp.cuda.Stream(non_blocking=True)
-        super().__init__(name, capacity or total, track)
+            new = lambda: cp.cuda.Stream(non_blocking=True)    # noqa: E731
+            self.compute_stream, self.h2d_stream, self.d2h_stream = new(), new(), new()
+            self.swap_out_stream, self.swap_in_stream = new(), new()
         self._cp = cp
+        super().__init__(name, capacity or total, track)
 
     @property
     def xp(self):
@@ -283,45 +379,118 @@ class GPUDevice(Device):
     def supports(self, op):
         return op not in HOST_ONLY_OPS
 
+    def _on(self, stream):
+        return _Enter(self._cp.cuda.Device(self.index), stream)
+
+    def _event(self, stream):
+        ev = self._cp.cuda.Event(block=False, disable_timing=True)
+        ev.record(stream)
+        return ev
+
     def to_device(self, v):
-        if hasattr(v, "__cuda_array_interface__"):
+        """A host value (or another GPU's, a peer copy) as an array of this GPU; the compute stream waits
+        for the copy. The copy of a Sent value waits for the event recorded after its producer."""
+        event = None
+        if isinstance(v, Sent):
+            v, event = v.value, v.event
+        if is_device_array(v) and v.device.id == self.index:
+            if event is not None:
+                self.compute_stream.wait_event(event)
             return v
-        with self._cp.cuda.Device(self.index), self.h2d_stream:
-            out = self._cp.asarray(v)
-            self.h2d_stream.synchronize()
+        if not isinstance(v, (np.ndarray, np.generic)) and not is_device_array(v):
+            return v            # not an array (a resource handle)
+        stream = self.h2d_stream       # incoming copies, from the host or a peer
+        with self._on(stream):
+            if event is not None:
+                stream.wait_event(event)
+            out = self._peer_copy(v, stream) if is_device_array(v) else self._cp.asarray(v)
+            self.compute_stream.wait_event(self._event(stream))
         return out
+
+    def _peer_copy(self, v, stream):
+        cp = self._cp
+        if not v.flags.c_contiguous:
+            with cp.cuda.Device(v.device.id):
+                src_stream = cp.cuda.get_current_stream()
+                src_stream.wait_event(self._event(stream))
+                v = cp.ascontiguousarray(v)
+                stream.wait_event(self._event(src_stream))
+        out = cp.empty(v.shape, v.dtype)
+        out.data.copy_from_device_async(v.data, v.nbytes, stream)
+        stream.synchronize()     # the source may be freed once its Recv is done
+        return out
+
+    def outgoing(self, v):
+        return Sent(v, self._event(self.compute_stream)) if is_device_array(v) else v
+
+    def fetch(self, values):
+        """Host copies of device values; also the end of a run: its work is done when this returns (values
+        a run leaves behind, Variables, may be read by another Session's streams next)."""
+        if not any(is_device_array(v) for v in values):
+            self.compute_stream.synchronize()
+            return values
+        with self._on(self.d2h_stream):
+            self.d2h_stream.wait_event(self._event(self.compute_stream))
+            return [v.get(stream=self.d2h_stream) if is_device_array(v) else v for v in values]
 
     def record_event(self):
         with self._cp.cuda.Device(self.index):
-            ev = self._cp.cuda.Event(block=False, disable_timing=True)
-            ev.record(self.compute_stream)
-        return ev
+            return self._event(self.compute_stream)
 
     def copy_to_host(self, v, after=None):
-        with self._cp.cuda.Device(self.index):
+        with self._on(self.swap_out_stream):
             if after is not None:
-                self.d2h_stream.wait_event(after)     # the producer ran on the compute stream
-            out = v.get(stream=self.d2h_stream)
-            self.d2h_stream.synchronize()
-        return out
+                self.swap_out_stream.wait_event(after)     # the producer ran on the compute stream
+            return v.get(stream=self.swap_out_stream)      # blocking: returns once the copy is done
 
     def copy_from_host(self, v):
-        return self.to_device(v)
+        with self._on(self.swap_in_stream):
+            out = self._cp.asarray(v)
+            self.compute_stream.wait_event(self._event(self.swap_in_stream))
+        return out
+
+    def pool_bytes(self):
+        """(bytes in use, bytes held) by the array module's memory pool on this device."""
+        pool = self._cp.get_default_memory_pool()
+        with self._cp.cuda.Device(self.index):
+            return pool.used_bytes(), pool.total_bytes()
+
+    def used_bytes(self):
+        return max(self.memory.in_use, self.pool_bytes()[0])
+
+    def memory_stats(self):
+        used, held = self.pool_bytes()
+        return dict(self.memory.stats(), pool_used=used, pool_held=held)
 
     def run_context(self):
-        dev = self._cp.cuda.Device(self.index)
-        stream = self.compute_stream
+        return self._on(self.compute_stream)
 
-        class _Ctx:
-            def __enter__(self_):
-                dev.__enter__()
-                stream.__enter__()
 
-            def __exit__(self_, *exc):
-                stream.__exit__(*exc)
-                dev.__exit__(*exc)
-                return False
-        return _Ctx()
+class StrictDevice(GPUDevice):
+    """`strict:N`: the GPU device's code on dfc.runtime.strict (a cupy double that refuses implicit
+    host/device conversions and checks stream ordering), so CI runs every GPU code path."""
+    kind = "strict"
+
+    @staticmethod
+    def backend():
+        from dfc.runtime import strict
+        return strict.xp
+
+
+class _Enter:
+    """Enter a cupy Device and one of its streams (in that order), leave both."""
+
+    def __init__(self, device, stream):
+        self.device, self.stream = device, stream
+
+    def __enter__(self):
+        self.device.__enter__()
+        self.stream.__enter__()
+
+    def __exit__(self, *exc):
+        self.stream.__exit__(*exc)
+        self.device.__exit__(*exc)
+        return False
 
 
 _CUPY = []
@@ -355,7 +524,7 @@ class RemoteDevice(Device):
         return self.kind == "cpu" or op not in HOST_ONLY_OPS
 
 
-_CLASSES = {"cpu": CPUDevice, "gpu": GPUDevice, "accel": AccelDevice}
+_CLASSES = {"cpu": CPUDevice, "gpu": GPUDevice, "accel": AccelDevice, "strict": StrictDevice}
 
 
 class DeviceSet:
@@ -378,11 +547,14 @@ class DeviceSet:
         kind, idx = local.split(":")
         idx = int(idx)
         if task is not None:      # another process's device: that task checks it when the graph arrives
-            return idx < (NUM_ACCELS if kind == "accel" else NUM_CPUS if kind == "cpu" else 64)
+            return idx < (NUM_ACCELS if kind == "accel" else NUM_CPUS if kind == "cpu" else
+                          NUM_STRICT if kind == "strict" else 64)
         if kind == "cpu":
             return idx < NUM_CPUS or name in self.caps
         if kind == "accel":
             return idx < NUM_ACCELS or name in self.caps
+        if kind == "strict":
+            return idx < NUM_STRICT
         cp = _cupy()
         return cp is not None and idx < cp.cuda.runtime.getDeviceCount()
 
@@ -393,7 +565,8 @@ class DeviceSet:
             if not self.exists(name):
                 hint = " (gpu devices need cupy and a CUDA GPU)" if name.startswith("gpu") else ""
                 raise DfcGraphError(f"device {name} does not exist{hint}; available: "
-                                    f"cpu:0..cpu:{NUM_CPUS - 1}, accel:0..accel:{NUM_ACCELS - 1}", node=node)
+                                    f"cpu:0..cpu:{NUM_CPUS - 1}, accel:0..accel:{NUM_ACCELS - 1}, "
+                                    f"strict:0..strict:{NUM_STRICT - 1}", node=node)
             task, local = split_task(name)
             kind = local.split(":")[0]
             cap = self.caps.get(name, DEFAULT_ACCEL_CAPACITY if kind == "accel" else None)
@@ -404,4 +577,4 @@ class DeviceSet:
         return d
 
     def memory_stats(self):
-        return {n: d.memory.stats() for n, d in sorted(self.devices.items()) if d.memory is not None}
+        return {n: d.memory_stats() for n, d in sorted(self.devices.items()) if d.memory is not None}

@@ -36,6 +36,7 @@ from dfc.ir import dtypes as dt
 from dfc.ir import ops as opreg
 from dfc.ir.graph import ROOT_FRAME, parse_input
 from dfc.runtime import checkpoints, containers
+from dfc.runtime.devices import Predicates
 from dfc.runtime.kernels import kernel_for
 from dfc.runtime.limits import SEND_BYTES, kernel_error, limit_kernel
 from dfc.runtime.values import DEAD
@@ -138,12 +139,13 @@ class Plan:
         self.mem_accounting = device is not None and device.memory is not None
         feed_names = set(feed_names)
         self._index(graph, [parse_input(f)[0] for f in fetches] + list(targets), feed_names, frame_ids)
-        self._kernels(feed_names, xp if device is None else device.xp, device, memory_limit)
+        with device.run_context() if device is not None else contextlib.nullcontext():   # constants live there
+            self._kernels(feed_names, xp if device is None else device.xp, device, memory_limit)
         self._wire(feed_names)
         self._frames(parallel_iterations)
         self._fetches(fetches)
         self.programs = {}
-        if fuse and not self.mem_accounting:
+        if fuse and (not self.mem_accounting or device.fuses):
             from dfc.runtime.fused import build_programs
             self.programs = build_programs(self)
             if overlap and self.programs and (device is None or device.kind != "gpu"):
@@ -294,6 +296,8 @@ class Run:
         self.async_waits = {}       # (node, tag) -> the pending Later of an async kernel
         self._done = transport.coord.queues[transport.name] if transport is not None else queue.SimpleQueue()
         self.kern = list(plan.kern)
+        # on a GPU, each predicate value comes to the host once, however many Switches read it
+        self.truth = Predicates() if plan.device is not None and plan.device.device_arrays else None
         for name, value in feeds.items():
             if name in plan.feed_index:
                 self.kern[plan.feed_index[name]] = (lambda v: lambda c, a: (v,))(value)
@@ -331,7 +335,7 @@ class Run:
                                       node=p.nodes[i].name)
             _check_declared(v, p.fetch_types[len(out)], p.nodes[i].name)
             out.append(v)
-        return out
+        return out if p.device is None else p.device.fetch(out)     # a GPU's copies wait for their producers
 
     # -------------------------------------------------------------- scheduling loops
     def _loop_inline(self, ready):
@@ -526,6 +530,8 @@ class Run:
         if t is None:
             raise DfcError("Send outside a partitioned run", node=self.p.nodes[i].name)
         v = DEAD if st.dead else (st.args[0] if st.args else TOKEN)
+        if v is not DEAD and self.p.device is not None:
+            v = self.p.device.outgoing(v)       # a GPU value travels with an event recorded after its producer
         if self.p.memory_limit is not None:     # held by the rendezvous until its Recv takes it
             self.p.memory_limit.add_entry(v, t.coord, self.p.nodes[i].name, "Send", SEND_BYTES)
         start = self.trace.now() if self.trace is not None else None
@@ -579,7 +585,7 @@ class Run:
                 self._propagate(i, it, None, ready)
             else:
                 v = st.args[0]
-                taken = predicate(st.args[1], self.p.nodes[i])
+                taken = predicate(st.args[1], self.p.nodes[i], self.truth)
                 self._propagate(i, it, (DEAD, v) if taken else (v, DEAD), ready, ports_may_be_dead=True)
         elif k == MERGE:
             outs = None if st.dead else (st.args[0], np.int32(st.args[1]))
@@ -706,6 +712,8 @@ class Run:
             buf = it.children[key] = [len(prog.enters), [None] * len(prog.enters)]
             it.outstanding += 1
         buf[1][prog.enter_pos[i]] = v
+        if self.mem is not None and v is not DEAD:
+            self.mem.acquire(v, 1, self.p.nodes[i].name)     # held until the fused loop is done
         buf[0] -= 1
         if buf[0]:
             return
@@ -719,6 +727,8 @@ class Run:
             exits = fn(self.ctx, self.kern, vals, it.tag)
         for e, x in zip(prog.exits, exits):
             self._propagate(e, it, None if x is DEAD else (x,), ready)
+        if self.mem is not None:
+            self._release_values(vals)
         it.outstanding -= 1     # the caller's own decrement follows; the iteration stays alive until then
 
     def _new_iteration(self, frame, ready):
@@ -813,10 +823,11 @@ class Run:
                 self._collect_pending(sub, names)
 
 
-def predicate(v, node):
-    """The truth of a Switch predicate, which must be one bool (a loaded graph's types may say it is)."""
+def predicate(v, node, truth=None):
+    """The truth of a Switch predicate, which must be one bool (a loaded graph's types may say it is);
+    `truth`: a devices.Predicates that brings device values to the host once."""
     try:
-        return bool(v)
+        return bool(v) if truth is None else truth(v)
     except (ValueError, TypeError):
         raise DfcRuntimeError(f"{node.op} predicate must be a scalar bool, got "
                               f"{getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', ()))}",

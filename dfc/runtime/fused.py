@@ -66,6 +66,9 @@ class FrameProgram:
         src = "\n".join(self.lines)
         self.source = src
         env = {"DEAD": DEAD, "np": np}
+        if plan.device is not None and plan.device.device_arrays:    # a GPU: predicates reach the host once
+            from dfc.runtime.devices import Predicates
+            env["_truth"] = Predicates()
         env.update(self.helpers)
         exec(compile(src, f"<dfc fused frame {plan.frame_names[fid]}>", "exec"), env)   # noqa: S102
         self.fn = env["run"]
@@ -202,7 +205,7 @@ class FrameProgram:
         w(f"{ind}_n = {a.loop_cond}")        # a predicate that is not one bool fails below: name the LoopCond
         w(f"{ind}if {pred} is DEAD:")
         w(f"{ind}    return [DEAD] * {len(a.exits)}")
-        w(f"{ind}if not {pred}:")
+        w(f"{ind}if not {self._truth(pred)}:")
         w(f"{ind}    return [{', '.join(f'v{a.switches[p.ins[e][0][0]]}_0' for e in a.exits)}]")
         for it in a.order:
             if it in a.body:
@@ -288,7 +291,7 @@ class FrameProgram:
             w(f"{ind}_n = {i}")
             w(f"{ind}if {d} is DEAD or {pr} is DEAD:")
             w(f"{ind}    {outs[0]} = {outs[1]} = DEAD")
-            w(f"{ind}elif {pr}:")
+            w(f"{ind}elif {self._truth(pr)}:")
             w(f"{ind}    {outs[0]}, {outs[1]} = DEAD, {d}")
             w(f"{ind}else:")
             w(f"{ind}    {outs[0]}, {outs[1]} = {d}, DEAD")
@@ -306,7 +309,7 @@ class FrameProgram:
         if i in a.inplace and not maybe and not self.traced:
             m, slot = a.inplace[i]
             acc, x = args[slot], args[1 - slot]
-            self.helpers["_ndarray"], self.helpers["_add"] = np.ndarray, np.add
+            self.helpers["_ndarray"], self.helpers["_add"] = np.ndarray, (p.device.xp if p.device else np).add
             w(f"{ind}_n = {i}")
             w(f"{ind}if own{m} and type({acc}) is _ndarray and {acc}.shape == getattr({x}, 'shape', None):")
             w(f"{ind}    {outs[0]} = _add({acc}, {x}, out={acc})")
@@ -334,8 +337,14 @@ class FrameProgram:
             pad = ind + "    "
         w(f"{pad}_n = {i}")
         w(f"{pad}{target} = {call}")
+        if op == "StackPop" and p.mem_accounting:     # no executor acquire follows: drop the stack's hold
+            w(f"{pad}ctx.memory.acquire({outs[0]}, 0)")
         if not nout:
             w(f"{pad}{outs[0]} = True")
+
+    def _truth(self, ref):
+        on_device = self.plan.device is not None and self.plan.device.device_arrays
+        return f"_truth({ref})" if on_device else ref
 
     def _wrap(self, i, e):
         if i < 0:

@@ -30,6 +30,7 @@ import numpy as np
 
 from dfc.errors import DfcError, DfcOutOfMemory, DfcRuntimeError
 from dfc.ir import ops as opreg
+from dfc.runtime.kernels.registry import host
 from dfc.runtime.rendezvous import Aborted
 
 TRACK_BYTES = 1024        # smaller arrays are not followed one by one (their count is bounded by the graph)
@@ -138,27 +139,44 @@ def _entry_bytes(v, overhead):
 # ------------------------------------------------------------------ what a kernel will allocate
 
 
+# Kernel inputs may be device arrays (cupy refuses np.asarray of them): sizes come from .shape / .dtype,
+# and values (a shape, a range's bounds) through an explicit copy, host().
+
 def _prod(shape):
-    return math.prod(int(d) for d in np.asarray(shape).reshape(-1))
+    return math.prod(int(d) for d in host(shape).reshape(-1))
 
 
 def _itemsize(dtype):
     return np.dtype(dtype).itemsize
 
 
+def _isz(x):
+    """Bytes per element of kernel input x (an array, a numpy or a Python scalar)."""
+    dtype = getattr(x, "dtype", None)
+    return dtype.itemsize if dtype is not None else np.asarray(x).dtype.itemsize
+
+
+def _shape(x):
+    return tuple(getattr(x, "shape", ()))
+
+
+def _size(x):
+    return math.prod(_shape(x))
+
+
 def _broadcast(node, a):
-    shapes = [np.shape(x) for x in a]
+    shapes = [_shape(x) for x in a]
     if all(s == shapes[0] for s in shapes):
         return 0      # no bigger than an input, which is already counted
     try:
         out = np.broadcast_shapes(*shapes)
     except ValueError:
         return 0      # the kernel reports it
-    return math.prod(out) * max(np.asarray(x).dtype.itemsize for x in a)
+    return math.prod(out) * max(_isz(x) for x in a)
 
 
 def _matmul(node, a):
-    x, y = np.shape(a[0]), np.shape(a[1])
+    x, y = _shape(a[0]), _shape(a[1])
     if len(x) < 2 or len(y) < 2:
         return 0
     at, bt = node.attrs["transpose_a"], node.attrs["transpose_b"]
@@ -167,36 +185,35 @@ def _matmul(node, a):
         batch = np.broadcast_shapes(x[:-2], y[:-2])
     except ValueError:
         return 0
-    return math.prod(batch) * n * m * np.asarray(a[0]).dtype.itemsize
+    return math.prod(batch) * n * m * _isz(a[0])
 
 
 def _gather(node, a):
-    p = np.asarray(a[0])
-    if p.ndim == 0:
+    p = a[0]
+    if not _shape(p):
         return 0
-    axis = node.attrs["axis"] % p.ndim
-    return np.size(a[1]) * (p.nbytes // max(p.shape[axis], 1))
+    axis = node.attrs["axis"] % len(p.shape)
+    return _size(a[1]) * (p.nbytes // max(p.shape[axis], 1))
 
 
 _REQUESTS = {
-    "Fill": lambda node, a: _prod(a[0]) * np.asarray(a[1]).dtype.itemsize,
-    "Range": lambda node, a: opreg.range_length(*[np.asarray(x).reshape(())[()] for x in a])
-    * np.asarray(a[0]).dtype.itemsize,
-    "OneHot": lambda node, a: np.size(a[0]) * max(node.attrs["depth"], 1) * (1 + _itemsize(node.attrs["dtype"])),
+    "Fill": lambda node, a: _prod(a[0]) * _isz(a[1]),
+    "Range": lambda node, a: opreg.range_length(*[host(x).reshape(())[()] for x in a]) * _isz(a[0]),
+    "OneHot": lambda node, a: _size(a[0]) * max(node.attrs["depth"], 1) * (1 + _itemsize(node.attrs["dtype"])),
     "RandomUniform": lambda node, a: _prod(a[0]) * (8 + _itemsize(node.attrs["dtype"])),
     "RandomNormal": lambda node, a: _prod(a[0]) * (8 + _itemsize(node.attrs["dtype"])),
-    "BroadcastTo": lambda node, a: _prod(a[1]) * np.asarray(a[0]).dtype.itemsize,   # its users materialize it
-    "GetItemGrad": lambda node, a: _prod(a[1]) * np.asarray(a[0]).dtype.itemsize,
-    "ScatterAdd": lambda node, a: _prod(a[0]) * np.asarray(a[2]).dtype.itemsize,
-    "ZerosLike": lambda node, a: np.size(a[0]) * np.asarray(a[0]).dtype.itemsize,
-    "OnesLike": lambda node, a: np.size(a[0]) * np.asarray(a[0]).dtype.itemsize,
+    "BroadcastTo": lambda node, a: _prod(a[1]) * _isz(a[0]),   # its users materialize it
+    "GetItemGrad": lambda node, a: _prod(a[1]) * _isz(a[0]),
+    "ScatterAdd": lambda node, a: _prod(a[0]) * _isz(a[2]),
+    "ZerosLike": lambda node, a: _size(a[0]) * _isz(a[0]),
+    "OnesLike": lambda node, a: _size(a[0]) * _isz(a[0]),
     "Concat": lambda node, a: sum(getattr(x, "nbytes", 8) for x in a),
     "Stack": lambda node, a: sum(getattr(x, "nbytes", 8) for x in a),
     "MatMul": _matmul,
     "Gather": _gather,
     "TensorArray": lambda node, a: int(a[0]) * 8,
     "TensorArrayWrite": lambda node, a: max(0, int(a[1]) - len(a[0].items)) * 8,
-    "TensorArrayScatter": lambda node, a: max(0, int(np.max(a[1], initial=-1)) - len(a[0].items)) * 8,
+    "TensorArrayScatter": lambda node, a: max(0, int(np.max(host(a[1]), initial=-1)) - len(a[0].items)) * 8,
 }
 for _name, _op in opreg.REGISTRY.items():
     if _op.inputs in (("x", "y"), ("cond", "x", "y")):     # elementwise ops that broadcast
@@ -247,10 +264,16 @@ def kernel_error(node, e):
         if e.node is None:
             return type(e)(e.message, node=node.name, loc=e.loc or node.loc)
         return e
-    if isinstance(e, MemoryError) or (isinstance(e, ValueError) and _TOO_BIG.search(str(e))):
+    if isinstance(e, MemoryError) or (isinstance(e, ValueError) and _TOO_BIG.search(str(e))) or \
+            _DEVICE_OOM.search(f"{type(e).__name__}: {e}"):
+        # cupy.cuda.memory.OutOfMemoryError (a MemoryError) or a CUDA library's allocation failure. The
+        # kernel's frames hold its inputs: drop them so the device memory is free for the next run.
+        e.__traceback__ = None
         return DfcOutOfMemory(f"{node.op}: out of memory ({type(e).__name__}: {e})"[:500], node=node.name,
                               loc=node.loc)
     return DfcRuntimeError(f"{node.op} failed: {type(e).__name__}: {e}"[:2000], node=node.name, loc=node.loc)
 
 
+_DEVICE_OOM = re.compile(r"OutOfMemoryError|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|"
+                         r"CUDNN_STATUS_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED")
 _TOO_BIG = re.compile(r"array is too big|maximum (allowed|supported) (size|dimension)|too large", re.I)

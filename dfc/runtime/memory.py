@@ -71,7 +71,7 @@ class Swapper:
         min_bytes, when the device holds more than threshold x capacity."""
         cap = self.mem.capacity
         return cap is not None and is_array(v) and v.nbytes >= self.min_bytes and \
-            self.mem.nbytes(v) == v.nbytes and self.mem.in_use > self.threshold * cap
+            self.mem.nbytes(v) == v.nbytes and self.device.used_bytes() > self.threshold * cap
 
     # ------------------------------------------------------------------ push / pop
     def push(self, stack, v, node=None):

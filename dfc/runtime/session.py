@@ -81,7 +81,7 @@ def default_num_threads():
 
 class Session:
     def __init__(self, graph, mode=None, num_threads=None, parallel_iterations=None, printer=None,
-                 fuse_loops=None, device_map=None, devices=(), default_device="cpu:0", memory_caps=None,
+                 fuse_loops=None, device_map=None, devices=(), default_device=None, memory_caps=None,
                  track_memory=False, swap_memory=False, swap_threshold=0.5, swap_min_bytes=4096,
                  swap_prefetch=2, container=None, checkpoint_dir=None, memory_limit=None, cluster=None,
                  wire_compression=None, object_store_bytes=OBJECT_STORE_BYTES, trace=None, summary_dir=None,
@@ -120,8 +120,9 @@ class Session:
         graph.verify()
         self.files = checkpoints.Directory(checkpoint_dir, confined=graph.from_file)
         checkpoints.check_graph(graph, self.files)
-        from dfc.runtime.devices import DeviceSet
+        from dfc.runtime.devices import DeviceSet, default_device as process_default_device
         self.devices = DeviceSet(memory_caps, track_memory)
+        default_device = default_device or process_default_device()
         self.swap_options = dict(threshold=float(swap_threshold), min_bytes=int(swap_min_bytes),
                                  prefetch=int(swap_prefetch), always=bool(swap_memory))
         self._swappers = {}
@@ -226,7 +227,7 @@ class Session:
     def _execute(self, plan, feeds):
         if isinstance(plan, Plan):
             dev = plan.device
-            if dev is not None and dev.kind == "gpu":
+            if dev is not None and dev.device_arrays:
                 feeds = {k: dev.to_device(v) for k, v in feeds.items()}
                 with dev.run_context():
                     return Run(plan, feeds, self._context(dev), None).execute()
@@ -236,9 +237,9 @@ class Session:
         runs = {}
         for d, p in plan.plans.items():
             dev = p.device
-            mine = {k: (dev.to_device(v) if dev.kind == "gpu" else v) for k, v in feeds.items()
+            mine = {k: (dev.to_device(v) if dev.device_arrays else v) for k, v in feeds.items()
                     if k in plan.feeds_of[d]}
-            pool = None if dev.kind == "gpu" else self._get_pool()   # GPU kernels are queued on its stream
+            pool = None if dev.device_arrays else self._get_pool()   # GPU kernels are queued on its stream
             runs[d] = Run(p, mine, self._context(dev), pool, Transport(d, rv, coord))
         return PartitionedRun(runs, plan.fetch_order).execute()
 

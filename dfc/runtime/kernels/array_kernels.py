@@ -205,10 +205,20 @@ def _getitem_grad(node, xp):
     return f
 
 
+def check_indices(xp, idx, n, what):
+    """numpy raises on an index out of range, cupy wraps it around: on a device, check (one sync)."""
+    if xp is not np and idx.size and bool(xp.any((idx < -n) | (idx >= n))):
+        raise IndexError(f"{what} index out of range for a dimension of size {n}")
+
+
 @kernel("Gather")
 def _gather(node, xp):
     ax = node.attrs.get("axis", 0)
-    return lambda ctx, a: (xp.take(a[0], a[1], axis=ax),)
+
+    def f(ctx, a):
+        check_indices(xp, a[1], a[0].shape[ax] if a[0].ndim else 0, "Gather")
+        return (xp.take(a[0], a[1], axis=ax),)
+    return f
 
 
 @kernel("ScatterAdd")
@@ -220,6 +230,7 @@ def _scatter_add(node, xp):
         out = xp.zeros(shape, dtype=upd.dtype)
         view = xp.moveaxis(out, ax, 0)
         upd = xp.moveaxis(upd, list(range(ax, ax + idx.ndim)), list(range(idx.ndim)))
+        check_indices(xp, idx, view.shape[0], "ScatterAdd")
         xp.add.at(view, idx, upd)
         return (out,)
     return f
@@ -239,7 +250,7 @@ def _one_hot(node, xp):
 
 @kernel("Range")
 def _range(node, xp):
-    return lambda ctx, a: (xp.arange(a[0], a[1], a[2], dtype=a[0].dtype),)
+    return lambda ctx, a: (xp.arange(*(host(x)[()] for x in a), dtype=a[0].dtype),)
 
 
 @kernel("RandomUniform", "RandomNormal")

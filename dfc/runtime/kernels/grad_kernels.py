@@ -10,8 +10,8 @@ class GradTensorArrayStore(TensorArrayStore):
     """Holds d(loss)/d(element) for each element of `forward`; writes to one index add up."""
     __slots__ = ("forward",)
 
-    def __init__(self, forward, dtype, element_shape):
-        super().__init__(dtype, 0, True, element_shape, True)
+    def __init__(self, forward, dtype, element_shape, xp=np):
+        super().__init__(dtype, 0, True, element_shape, True, xp)
         self.forward = forward
 
     def __len__(self):
@@ -24,10 +24,10 @@ class GradTensorArrayStore(TensorArrayStore):
         if i < len(self.items) and self.items[i] is not None:
             return self.items[i].value()
         if i < len(self.forward.items) and self.forward.items[i] is not None:
-            return np.zeros_like(self.forward.read(i), dtype=self.dtype)
+            return self.xp.zeros_like(self.forward.read(i), dtype=self.dtype)
         es = self.element_shape
         if es is not None and None not in es:
-            return np.zeros(es, self.dtype)
+            return self.xp.zeros(es, self.dtype)
         raise DfcRuntimeError(f"gradient of TensorArray element {i}, which was never written")
 
     def stack(self, xp, indices=None):
@@ -47,5 +47,5 @@ def _ta_grad(node, xp):
 
     def f(ctx, a):
         es = at.get("element_shape")
-        return (GradTensorArrayStore(a[0], at["dtype"], None if es is None else tuple(es)), FLOW)
+        return (GradTensorArrayStore(a[0], at["dtype"], None if es is None else tuple(es), xp), FLOW)
     return f

@@ -1,6 +1,7 @@
 import numpy as np
 
 from dfc.errors import DfcGraphError
+from dfc.runtime.devices import is_device_array
 
 KERNELS = {}
 
@@ -8,7 +9,7 @@ KERNELS = {}
 def host(v):
     """`v` as a numpy array in host memory: a shape, index or value a kernel reads in Python. cupy refuses
     implicit conversion, so a device array is copied explicitly."""
-    return v.get() if hasattr(v, "__cuda_array_interface__") else np.asarray(v)
+    return v.get() if is_device_array(v) else np.asarray(v)
 
 
 def kernel(*names):

@@ -89,11 +89,12 @@ class _Sum:
 
 class TensorArrayStore:
     """The storage behind a TensorArray handle."""
-    __slots__ = ("dtype", "items", "dynamic", "element_shape", "accumulate")
+    __slots__ = ("dtype", "items", "dynamic", "element_shape", "accumulate", "xp")
 
-    def __init__(self, dtype, size, dynamic, element_shape, accumulate):
+    def __init__(self, dtype, size, dynamic, element_shape, accumulate, xp=np):
+        """xp: the array module of the device the array lives on (zeros of unwritten gradient elements)."""
         self.dtype, self.items, self.dynamic = dtype, [None] * size, dynamic
-        self.element_shape, self.accumulate = element_shape, accumulate
+        self.element_shape, self.accumulate, self.xp = element_shape, accumulate, xp
 
     def _check_index(self, i, grow=False):
         i = int(i)
@@ -128,7 +129,7 @@ class TensorArrayStore:
         v = self.items[i]
         if v is None:
             if self.accumulate and self.element_shape is not None and None not in self.element_shape:
-                return np.zeros(self.element_shape, self.dtype)
+                return self.xp.zeros(self.element_shape, self.dtype)
             raise DfcRuntimeError(f"TensorArray index {i} read before it was written")
         return v.value() if self.accumulate else v
 
@@ -152,7 +153,7 @@ def _ta_new(node, xp):
     def f(ctx, a):
         es = at.get("element_shape")
         return (TensorArrayStore(at["dtype"], int(a[0]), at.get("dynamic_size", True),
-                                 None if es is None else tuple(es), at.get("accumulate", False)), FLOW)
+                                 None if es is None else tuple(es), at.get("accumulate", False), xp), FLOW)
     return f
 
 
@@ -237,7 +238,7 @@ def _assert(node, xp):
     msg = node.attrs.get("message", "")
 
     def f(ctx, a):
-        if not bool(np.all(a[0])):
+        if not bool(xp.all(a[0])):
             data = ", ".join(str(host(v)) for v in a[1:])
             raise DfcAssertionError(f"assertion failed: {msg}" + (f" [{data}]" if data else ""),
                                     node=node.name, loc=node.loc)

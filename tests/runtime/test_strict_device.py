@@ -1,0 +1,122 @@
+"""The strict cupy double (dfc/runtime/strict.py) and the `strict:N` devices built on it."""
+import numpy as np
+import pytest
+
+import dfc
+from dfc.runtime import strict
+from dfc.runtime.strict import xp
+
+
+def test_device_arrays_refuse_implicit_conversion_like_cupy():
+    a = xp.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+    with pytest.raises(TypeError, match="Implicit conversion to a NumPy array is not allowed"):
+        np.asarray(a)
+    with pytest.raises(TypeError):
+        np.tanh(a)                          # a numpy ufunc on a device array
+    with pytest.raises(TypeError):
+        np.sum(a)                           # a numpy function on a device array
+    with pytest.raises(TypeError, match="Unsupported type"):
+        xp.add(a, np.ones(3, np.float32))   # a host array in a device kernel
+    with pytest.raises(TypeError, match="Unsupported type"):
+        a + np.ones(3, np.float32)
+    np.testing.assert_array_equal(a.get(), np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(xp.asnumpy(xp.tanh(a) * np.float32(2)), np.tanh(a.get()) * 2)
+
+
+def test_scalar_conversions_work_and_count_as_syncs():
+    strict.reset_stats()
+    s = xp.sum(xp.asarray([1, 2, 3]))
+    assert isinstance(s, xp.ndarray) and s.shape == ()          # cupy reductions give 0-d arrays
+    assert int(s) == 6 and float(s) == 6.0 and bool(s) and [0, 1, 2, 3, 4, 5, 6][s] == 6 and s.item() == 6
+    assert strict.stats[0]["sync"] == 5 and strict.stats[0]["h2d"] == 1
+
+
+def test_arrays_of_another_device_are_refused_and_copied_explicitly():
+    with xp.cuda.Device(1):
+        b = xp.asarray(np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="array device = 1 while current = 0"):
+        xp.add(b, b)
+    c = b.copy()                            # cupy's copy() copies to the current device
+    assert c.device.id == 0 and (c + c).get().tolist() == [2.0] * 4
+
+
+def test_views_share_their_owner_buffer_in_the_pool():
+    pool = xp.get_default_memory_pool()
+    before = pool.used_bytes()
+    a = xp.zeros((256, 256), np.float32)
+    assert pool.used_bytes() - before == a.nbytes
+    v = a.reshape(-1)[:10]
+    assert v.base is a and pool.used_bytes() - before == a.nbytes
+    del a, v
+    assert pool.used_bytes() == before
+
+
+def test_strict_devices_exist_and_run_programs_like_numpy():
+    def f(x, n):
+        with dfc.device("strict:1"):
+            def body(i, s):
+                return i + 1, dfc.cond(i % 2 == 0, lambda: s + dfc.reshape(x, [-1]), lambda: s * 0.5)
+            out = dfc.while_loop(lambda i, s: i < n, body, (0, dfc.zeros([4], "float32")))[1]
+            return out, dfc.gradients(dfc.reduce_sum(out * out), [x])[0]
+    g = dfc.trace(f, dfc.TensorSpec([2, 2], "float32"), dfc.TensorSpec([], "int32"))
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    want = dfc.Session(g, device_map={"strict:1": "cpu:0"}).call(x, np.int32(5))
+    for fuse in (False, True):
+        s = dfc.Session(g, fuse_loops=fuse)
+        assert s.placement and set(s.placement.values()) == {"strict:1"}
+        got = s.call(x, np.int32(5))
+        for a, w in zip(got, want):
+            assert isinstance(a, np.ndarray)
+            np.testing.assert_array_equal(a, w)
+    with pytest.raises(dfc.DfcError, match="strict:7, which does not exist"):
+        dfc.Session(g, device_map={"strict:1": "strict:7"})
+
+
+def test_a_loop_predicate_reaches_the_host_once_per_iteration():
+    """k loop variables mean k Switches per iteration; the predicate is copied to the host once."""
+    k, n = 5, 20
+
+    def f(x):
+        def body(i, *vs):
+            return (i + 1,) + tuple(v * 1.5 + 1.0 for v in vs)
+        return dfc.while_loop(lambda i, *vs: i < n, body, (0,) + tuple(x + j for j in range(k)))[1:]
+    g = dfc.trace(f, dfc.TensorSpec([3], "float32"))
+    x = np.ones(3, np.float32)
+    want = dfc.Session(g).call(x)
+    for fuse in (False, True):
+        s = dfc.Session(g, default_device="strict:0", fuse_loops=fuse, num_threads=0)
+        strict.reset_stats()
+        got = s.call(x)
+        for a, w in zip(got, want):
+            np.testing.assert_array_equal(a, w)
+        st = strict.stats[0]
+        # n + 1 predicate values, k fetched values; no implicit syncs at all
+        assert (st["d2h"], st["sync"]) == (n + 1 + k, 0), (fuse, st)
+
+
+def test_a_gpu_out_of_memory_is_a_dfc_error_and_the_session_stays_usable():
+    def f(n):
+        return dfc.reduce_sum(dfc.ones(dfc.stack([n, n]), "float32"))
+    g = dfc.trace(f, dfc.TensorSpec([], "int32"))
+    pool = xp.get_default_memory_pool()
+    limit = pool.get_limit()
+    try:
+        pool.set_limit(size=1 << 20)        # the device's real memory: 1 MiB; dfc's own count allows more
+        s = dfc.Session(g, default_device="strict:0", memory_caps={"strict:0": 1 << 30})
+        assert s.call(np.int32(100)) == 10000.0
+        before = pool.used_bytes()          # the plan's constants
+        with pytest.raises(dfc.DfcOutOfMemory, match="Out of memory allocating"):
+            s.call(np.int32(2048))          # 16 MiB
+        assert pool.used_bytes() == before
+        assert s.call(np.int32(200)) == 40000.0
+        assert s.memory_stats()["strict:0"]["in_use"] == 0
+    finally:
+        pool.set_limit(size=limit)
+
+
+def test_memory_stats_include_the_device_pool():
+    g = dfc.trace(lambda x: x * 2.0, dfc.TensorSpec([1000], "float32"))
+    s = dfc.Session(g, default_device="strict:2")
+    s.call(np.ones(1000, np.float32))
+    st = s.memory_stats()["strict:2"]
+    assert st["peak"] >= 4000 and {"pool_used", "pool_held"} <= st.keys()
