@@ -49,6 +49,12 @@ def _placed(graph):
     return s
 
 
+# numba compiles a loop frame in ~0.3-2 s of CPU: each test process compiles new frames for at most this
+# many seconds (frames in the disk cache, ~/.cache/dfc or $DFC_CACHE_DIR, load without counting; past the
+# budget the "compiled" path runs them fused), so the suite stays within minutes on 2 cores and runs more
+# of its loops compiled each time the cache has grown.
+os.environ.setdefault("DFC_COMPILE_BUDGET", "60")
+
 # name -> graph -> Session. The first is the definition; all others must agree with it exactly.
 PATHS = {
     "reference interpreter": lambda g: dfc.Session(g, mode="reference"),
@@ -57,7 +63,7 @@ PATHS = {
     "executor pi=32 pool": lambda g: dfc.Session(g, mode="threads", parallel_iterations=32, fuse_loops=False),
     "executor fused": lambda g: dfc.Session(g, mode="threads", parallel_iterations=32, fuse_loops=True),
     # fused frames as numba machine code (dfc/runtime/compiled/); num_threads=0: no frame left unfused to
-    # overlap its iterations, so every fusable frame is compiled
+    # overlap its iterations, so every fusable frame is compiled (within DFC_COMPILE_BUDGET, set below)
     "compiled": lambda g: dfc.Session(g, mode="threads", fuse_loops=True, compile_loops=True, num_threads=0),
     "random 3-device partition": _placed,
 }

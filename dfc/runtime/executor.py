@@ -134,7 +134,8 @@ class Plan:
         memory_limit: a dfc.runtime.limits.MemoryLimit every kernel is checked against (or None).
         overlap: the run has a kernel pool, so a frame with heavy work off its loop recurrence runs
         unfused to overlap its iterations (dfc/runtime/overlap.py).
-        compile_loops: fused frames whose ops all have lowerings run as numba code (dfc/runtime/compiled/)."""
+        compile_loops: fused frames whose ops all have lowerings run as numba code (dfc/runtime/compiled/):
+        True compiles each on its first run, "auto" once it has taken long enough on the fused path."""
         self.graph, self.device, self.memory_limit = graph, device, memory_limit
         self.mem_accounting = device is not None and device.memory is not None
         feed_names = set(feed_names)
@@ -157,7 +158,7 @@ class Plan:
             if compile_loops and memory_limit is None and not self.mem_accounting and \
                     (device is None or device.kind == "cpu"):
                 from dfc.runtime.compiled import compile_programs
-                self.programs = compile_programs(self, self.programs)
+                self.programs = compile_programs(self, self.programs, policy=compile_loops)
 
     def _index(self, graph, wanted, feed_names, frame_ids):
         """The nodes the run needs, numbered; frames numbered (the root is 0)."""

@@ -95,11 +95,15 @@ class Session:
         self.graph, self.mode = graph, mode
         # Loop fusion is the fast path of "threads" mode; the reference interpreter never fuses.
         self.fuse_loops = (mode == "threads") if fuse_loops is None else bool(fuse_loops)
-        # Fused frames compiled to machine code with numba (dfc/runtime/compiled/); off unless asked for
-        # (or DFC_COMPILE_LOOPS=1): a frame's first run pays numba's compile (cached on disk after that).
+        # Fused frames compiled to machine code with numba (dfc/runtime/compiled/): True compiles each
+        # frame on its first run (numba's compile, cached on disk after that), "auto" only frames that have
+        # run long enough on the fused path to be worth it; off unless asked for (or DFC_COMPILE_LOOPS=1/auto).
         if compile_loops is None:
-            compile_loops = os.environ.get("DFC_COMPILE_LOOPS", "0") not in ("", "0")
-        self.compile_loops = bool(compile_loops) and self.fuse_loops
+            env = os.environ.get("DFC_COMPILE_LOOPS", "0").strip().lower()
+            compile_loops = "auto" if env == "auto" else env not in ("", "0", "false", "no")
+        if compile_loops not in (True, False, "auto"):
+            raise DfcError(f"compile_loops must be True, False or 'auto', not {compile_loops!r}")
+        self.compile_loops = compile_loops if self.fuse_loops else False
         self.parallel_iterations = parallel_iterations
         self.printer = printer or default_printer
         self.container = containers.get(container).name     # where Variables without a container live

@@ -18,6 +18,16 @@ pytest.importorskip("numba")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.fixture(autouse=True)
+def _no_compile_budget():
+    """These tests are about compiled code: compile whatever the suite's DFC_COMPILE_BUDGET has left."""
+    from dfc.runtime import compiled
+    left = compiled._budget["left"]
+    compiled._budget["left"] = float("inf")
+    yield
+    compiled._budget["left"] = left
+
+
 def _compiled(g):
     return dfc.Session(g, compile_loops=True, num_threads=0)
 
@@ -114,6 +124,37 @@ def test_compile_time_is_reported_and_the_disk_cache_serves_a_second_process(tmp
     assert first[0]["cached"] is False and second[0]["cached"] is True
     assert list(runs[0]["secs"].values()) and all(v > 0 for v in runs[0]["secs"].values())
     assert any(f.startswith("dfc_frame_") for f in os.listdir(tmp_path / "numba"))
+
+
+def test_auto_compiles_a_frame_once_it_has_run_long_enough_and_the_budget_caps_compiling(monkeypatch, tmp_path):
+    from dfc.runtime import compiled
+    g = dfc.trace(lambda x, n: dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s * 0.25 + x), (0, x)),
+                  dfc.TensorSpec([3], "float32"), dfc.TensorSpec([], "int64"))
+    monkeypatch.setenv("DFC_CACHE_DIR", str(tmp_path))     # nothing cached: compiling is up to the policy
+    frame = lambda s: next(iter(s.plan(*_signature(g)).programs.values()))    # noqa: E731
+    x = np.ones(3, np.float32)
+    s = dfc.Session(g, compile_loops="auto", num_threads=0)
+    s.call(x, np.int64(10))
+    f = frame(s)
+    assert isinstance(f, compiled.CompiledFrame) and not f._compiled_once and f.fused_seconds > 0
+    f.fused_seconds = compiled.AUTO_SECONDS          # as if it had run that long
+    want = dfc.Session(g, mode="reference").call(x, np.int64(10))
+    got = s.call(x, np.int64(10))
+    assert f._compiled_once
+    np.testing.assert_array_equal(got[1], want[1])
+    compiled._budget["left"] = 0.0                   # nothing left to compile: a new frame runs fused
+    g2 = dfc.trace(lambda x, n: dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s * 0.5 - x), (0, x)),
+                   dfc.TensorSpec([3], "float32"), dfc.TensorSpec([], "int64"))
+    s2 = dfc.Session(g2, compile_loops=True, num_threads=0)
+    np.testing.assert_array_equal(s2.call(x, np.int64(3))[1], dfc.Session(g2, mode="reference").call(x, np.int64(3))[1])
+    assert not frame(s2)._compiled_once
+
+
+def _signature(g):
+    from dfc.ir import structure
+    sig = g.signature
+    return ([leaf["ref"] for leaf in structure.leaves(sig.get("outputs"))], [i["node"] for i in sig["inputs"]],
+            tuple(sig.get("targets", [])))
 
 
 def test_values_the_compiled_code_cannot_take_run_fused():

@@ -15,7 +15,14 @@ and raises the error naming the node (e.g. integer division by zero, a shape mis
 
 Compiled code is cached on disk (cache.py), so a second process loads machine code instead of compiling;
 `stats()` reports each frame's compile (or cache load) time.
+
+When to compile: compile_loops=True compiles every frame on its first run; compile_loops="auto" only a
+frame worth it, one whose runs on the fused path have taken AUTO_SECONDS in all (a compile costs about
+that), or whose machine code is in the disk cache already. $DFC_COMPILE_BUDGET (seconds) caps the time
+one process spends compiling (frames already in the disk cache do not count); past it, new frames stay
+fused (the test suite sets it: every test runs its loops compiled, within a bounded time).
 """
+import os
 import threading
 import time
 
@@ -25,6 +32,8 @@ from dfc.runtime.values import DEAD
 
 _stats_lock = threading.Lock()
 _STATS = []     # one dict per compile: frame, key, seconds, cached, types
+AUTO_SECONDS = 0.5
+_budget = {"left": float(os.environ.get("DFC_COMPILE_BUDGET") or "inf")}
 
 
 def stats():
@@ -46,8 +55,10 @@ def available():
 class CompiledFrame:
     """Stands in for a fused FrameProgram in Plan.programs (same fid/enters/enter_pos/exits/fn)."""
 
-    def __init__(self, prog, src):
-        self.prog, self.src = prog, src
+    def __init__(self, prog, src, policy=True):
+        self.prog, self.src, self.policy = prog, src, policy
+        self.fused_seconds = 0.0      # time its runs on the fused path took (compile_loops="auto")
+        self._compiled_once = False
         self.fid, self.enters, self.enter_pos, self.exits = prog.fid, prog.enters, prog.enter_pos, prog.exits
         self.source = src.source
         self.name = prog.plan.frame_names[prog.fid]
@@ -77,6 +88,12 @@ class CompiledFrame:
         """Run the frame: compiled when its Enter values fit, else (or to report an error) fused."""
         if ctx.abort is not None:
             return self.prog.fn(ctx, kern, vals, tag)
+        if not self._compiled_once and not self._worth_compiling():
+            t0 = time.perf_counter()
+            try:
+                return self.prog.fn(ctx, kern, vals, tag)
+            finally:
+                self.fused_seconds += time.perf_counter() - t0
         args, lists = [], {}
         for k, (v, (dtype, ndim)) in enumerate(zip(vals, self._in)):
             if k in self._stacks:
@@ -97,6 +114,7 @@ class CompiledFrame:
             outs = run(*args, self.consts, self._lp)
             if len(run.signatures) != n_sigs:
                 self._record(run, time.perf_counter() - t0, args)
+            self._compiled_once = True
         except Exception:   # noqa: BLE001 — the fused path replays the frame and names the failing node
             return self.prog.fn(ctx, kern, vals, tag)
         for k, lst in lists.items():       # the compiled code succeeded: its stack effects happen now
@@ -119,6 +137,14 @@ class CompiledFrame:
             else:
                 res.append(self._out[k](x))
         return res
+
+    def _worth_compiling(self):
+        from dfc.runtime.compiled import cache
+        if cache.is_cached(self.source):
+            return True
+        if self.policy == "auto" and self.fused_seconds < AUTO_SECONDS:
+            return False
+        return _budget["left"] > 0
 
     def _stack_in(self, stack, use, dtype, ndim):
         """A numba typed List for the Python Stack `stack` (its elements for a popping frame), or None when
@@ -143,6 +169,8 @@ class CompiledFrame:
                         else "stack" for a in args)
         self.compile_seconds[sig] = seconds
         with _stats_lock:
+            if not cached:
+                _budget["left"] -= seconds
             _STATS.append({"frame": self.name, "key": self.key, "seconds": seconds, "cached": cached,
                            "types": sig})
 
@@ -159,9 +187,10 @@ def _arg(v, dtype, ndim):
     return v
 
 
-def compile_programs(plan, programs, blocked=None):
+def compile_programs(plan, programs, blocked=None, policy=True):
     """programs (fid -> fused FrameProgram) with every frame that can be compiled replaced by a
-    CompiledFrame; `blocked` (a dict) gets fid -> codegen.Blocked for the others."""
+    CompiledFrame; `blocked` (a dict) gets fid -> codegen.Blocked for the others. policy: True (compile
+    on the first run) or "auto" (once worth it; see the module docstring)."""
     if not programs or not available():
         return programs
     from dfc.errors import DfcError
@@ -179,7 +208,7 @@ def compile_programs(plan, programs, blocked=None):
     out = dict(programs)
     for fid, prog in programs.items():
         try:
-            out[fid] = CompiledFrame(prog, FrameSource(plan, fid, index, types))
+            out[fid] = CompiledFrame(prog, FrameSource(plan, fid, index, types), policy)
         except Blocked as b:
             if blocked is not None:
                 blocked[fid] = b

@@ -48,9 +48,25 @@ def _helpers():
     return _helper_hash
 
 
+def module_key(source):
+    return hashlib.sha256((_helpers() + source).encode()).hexdigest()[:24]
+
+
+def is_cached(source):
+    """Whether numba has machine code of this source's module on disk (for some argument types)."""
+    key = module_key(source)
+    if key in _modules:
+        return True         # loaded in this process already
+    pyc = os.path.join(cache_dir(), "__pycache__")
+    try:
+        return any(f.startswith(f"dfc_frame_{key}.run-") and f.endswith(".nbi") for f in os.listdir(pyc))
+    except OSError:
+        return False
+
+
 def load(source):
     """The `run` function of the module with this source (written to the cache dir once)."""
-    key = hashlib.sha256((_helpers() + source).encode()).hexdigest()[:24]
+    key = module_key(source)
     with _lock:
         mod = _modules.get(key)
         if mod is None:

@@ -109,3 +109,34 @@ def check_index(i, n):
     if i < -n or i >= n:
         raise IndexError("index out of range")
     return i + n if i < 0 else i
+
+
+@njit(cache=True, nogil=True)
+def unary_s(LP, k, x):
+    """numpy's unary loop k on one scalar (its dtype in and out)."""
+    a = np.full(1, x)
+    return unary(LP, k, a, a)[0]
+
+
+@njit(cache=True, nogil=True)
+def binary_s(LP, k, x, y):
+    """numpy's binary loop k on two scalars of one dtype (that dtype out)."""
+    a = np.full(1, x)
+    return binary(LP, k, a, np.full(1, y), a)[0]
+
+
+@njit(cache=True, nogil=True)
+def int_floordiv(a, b):
+    """numpy's floor_divide of two integer scalars, b != 0 (checked before): floor semantics, and
+    MIN // -1 wraps to MIN as numpy's does (no trap)."""
+    if b == -1:
+        return -a
+    return a // b
+
+
+@njit(cache=True, nogil=True)
+def int_mod(a, b):
+    """numpy's remainder of two integer scalars, b != 0: the sign of b; MIN % -1 is 0."""
+    if b == -1:
+        return a - a
+    return a % b

@@ -32,8 +32,8 @@ def _native_binary(e):
     a, b = e.args
     op = _NATIVE_BINARY[e.node.op]
     out = e.outs[0]
-    if out.ndim == 0:
-        return [f"{st(out.dtype)}({a} {op} {b})"]
+    if out.ndim == 0:       # numba widens int32 arithmetic (and may widen float32): cast back
+        return [f"({a} {op} {b})" if out.dtype in ("bool", "int64", "float64") else f"{st(out.dtype)}({a} {op} {b})"]
     return [f"({a} {op} {b})"]
 
 
@@ -42,6 +42,8 @@ def loop_binary(e, ufunc, a, b):
     out = e.outs[0]
     d = e.ins[0].dtype
     k = e.loop(ufunc, (d, d, out.dtype))
+    if out.ndim == 0 and out.dtype == d:
+        return f"H.binary_s(LP, {k}, {a}, {b})"
     call = f"H.binary(LP, {k}, {a if e.ins[0].ndim else f'np.full(1, {a})'}, " \
            f"{b if e.ins[1].ndim else f'np.full(1, {b})'}, {_proto(out.dtype)})"
     return f"{call}[0]" if out.ndim == 0 else call
@@ -53,16 +55,21 @@ def _loop_binary(e):
     a, b = e.args
     if d in ("int32", "int64") and op in ("FloorDiv", "Mod"):
         what = "division" if op == "FloorDiv" else "modulo"
+        if e.outs[0].ndim == 0:
+            e.stmt(f"if {b} == 0: raise ZeroDivisionError('integer {what} by zero')")
+            fn = "H.int_floordiv" if op == "FloorDiv" else "H.int_mod"
+            return [f"{fn}({a}, {b})" if d == "int64" else f"{st(d)}({fn}(np.int64({a}), np.int64({b})))"]
         e.stmt(f"if np.any(np.asarray({b}) == 0): raise ZeroDivisionError('integer {what} by zero')")
     if d in ("int32", "int64") and op == "Pow":
-        e.stmt(f"if np.any(np.asarray({b}) < 0): raise ValueError('integers to negative integer powers')")
+        e.stmt(f"if np.any(np.asarray({b}) < 0): raise ValueError('integers to negative integer powers')"
+               if e.ins[1].ndim else f"if {b} < 0: raise ValueError('integers to negative integer powers')")
     return [loop_binary(e, _LOOP_BINARY[op], a, b)]
 
 
 def loop_unary(e, ufunc, x, ndim, dtype):
     k = e.loop(ufunc, (dtype, dtype))
     if ndim == 0:
-        return f"H.unary(LP, {k}, np.full(1, {x}), {_proto(dtype)})[0]"
+        return f"H.unary_s(LP, {k}, {x})"
     return f"H.unary(LP, {k}, {x}, {_proto(dtype)})"
 
 
