@@ -323,7 +323,8 @@ class Session:
             from dfc.runtime.cluster.step import ClusterStep
             with self._lock:
                 self.run_count += 1
-            values = ClusterStep(self, plan, feeds).execute()
+            with self._observed():
+                values = ClusterStep(self, plan, feeds).execute()
             return nest.pack_sequence_as(fetches, [_to_numpy(v) for v in values])
         with self._lock:
             self.run_count += 1

@@ -30,8 +30,10 @@ With `trace=None` (the default) nothing here is imported or called: the
 executor keeps its kernel table unwrapped. Recording is thread-safe (one
 lock); a session's trace keeps every run, so each write holds all the runs
 so far (a long Python loop of runs makes a large file: trace a few runs).
-The reference interpreter (mode="reference") records only the run spans;
-a cluster step (dfc/runtime/cluster) is not traced yet.
+The reference interpreter (mode="reference") records only the run spans.
+On a cluster (dfc/runtime/cluster) each task records its own partitions' spans
+for the step and the chief merges them: lanes `worker:1/cpu:0` etc., on the
+chief's clock (wall-clock aligned; exact on one machine).
 """
 import json
 import os
@@ -58,6 +60,7 @@ class Trace:
         self._packed = {}        # (device, lane) -> end time of the last span of each sub-lane
         self._encoded, self._chunks = 0, []     # events already turned into JSON text by write()
         self._t0 = time.perf_counter()
+        self.wall0 = time.time()     # the same instant on the wall clock (to merge other processes' traces)
 
     # ------------------------------------------------------------------ recording
     def now(self):
@@ -114,6 +117,25 @@ class Trace:
                                  "args": {"sort_index": tid}})
         self._ids[(device, lane)] = (pid, tid)
         return pid, tid
+
+    def merge(self, events, wall0):
+        """Add the events another process's Trace recorded (its `events()`, made at wall-clock `wall0`): a
+        cluster task's spans of one step, on lanes named after its devices, shifted onto this trace's clock
+        (exact on one machine; across machines, as good as their clocks agree)."""
+        shift = (wall0 - self.wall0) * 1e6
+        pnames, lanes = {}, {}
+        for e in events:
+            if e.get("ph") == "M" and e["name"] == "process_name":
+                pnames[e["pid"]] = e["args"]["name"]
+            elif e.get("ph") == "M" and e["name"] == "thread_name":
+                lanes[(e["pid"], e["tid"])] = e["args"]["name"]
+        for e in events:
+            if e.get("ph") != "X":
+                continue
+            pname, lane = pnames.get(e["pid"], "?"), lanes.get((e["pid"], e["tid"]), "?")
+            ids = self.lane(pname if "/" in pname else f"?/{pname}", lane)
+            start = e["ts"] + shift
+            self._events.append((ids, e["name"], start, start + e["dur"], e.get("cat", ""), e.get("args")))
 
     # ------------------------------------------------------------------ output
     def events(self):

@@ -296,3 +296,26 @@ def test_a_killed_task_fails_the_step_naming_it_then_restart_and_restore(c, tmp_
         assert restore() == 5.0                      # ... until the checkpoint is restored
         assert bump(np.float32(1)) == 6.0
     assert s.call(np.int32(20)) == 20.0             # the other tasks and the session stay usable
+
+
+def test_a_traced_cluster_step_has_a_lane_per_task_device_inside_the_run(c, tmp_path):
+    import json
+    g = dfc.trace(figure6, I32)
+    path = tmp_path / "run.json"
+    dfc.Session(g, cluster=c, trace=str(path)).call(np.int32(4))
+    events = json.loads(path.read_text())["traceEvents"]
+    pnames = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    spans = [e for e in events if e.get("ph") == "X"]
+    by_proc = {}
+    for e in spans:
+        by_proc.setdefault(pnames[e["pid"]], []).append(e)
+    assert {"worker:0/cpu:0", "worker:1/cpu:0"} <= set(by_proc)
+    ops = {e["args"].get("op") for e in by_proc["worker:1/cpu:0"] if e.get("cat") == "kernel"}
+    assert "Add" in ops or "Mul" in ops                      # the loop body ran on worker:1
+    assert any(e.get("cat") == "send" for e in by_proc["worker:0/cpu:0"])   # the predicate went out
+    iters = {e["args"].get("iteration") for e in by_proc["worker:1/cpu:0"] if "iteration" in e.get("args", {})}
+    assert {0, 1, 2, 3} <= iters
+    run = next(e for e in spans if e.get("cat") == "run")
+    slack = 20e3      # µs: the tasks' clocks are aligned through the wall clock
+    for e in spans:
+        assert run["ts"] - slack <= e["ts"] and e["ts"] + e["dur"] <= run["ts"] + run["dur"] + slack

@@ -83,7 +83,8 @@ class ClusterStep:
         p, c = self.plan, self.cluster
         for task, texts in p.texts.items():
             c.ensure_graphs(task, texts)
-        opts = dict(p.opts, compression=self.s.wire_compression, store_bytes=self.s.object_store_bytes)
+        opts = dict(p.opts, compression=self.s.wire_compression, store_bytes=self.s.object_store_bytes,
+                    trace=self.s.trace is not None)
         outboxes = c.chief_outboxes()
         self.rv = StepRendezvous(self.step, None, outboxes, self.counters, opts["compression"], opts["store_bytes"])
         self.coord = Coordinator(list(p.local), distributed=True) if p.local else None
@@ -128,6 +129,10 @@ class ClusterStep:
             for d, plan in p.local.items():
                 for k in range(len(plan.fetches)):
                     values[(d, k)] = next(flat)
+        if self.s.trace is not None:       # each task's spans of this step, on the chief's timeline
+            for r in results.values():
+                if "trace" in r:
+                    self.s.trace.merge(r["trace"]["events"], r["trace"]["wall0"])
         self.s._wire_bytes += self.counters.snapshot()["bytes_sent"] + sum(r["bytes_sent"] for r in results.values())
         return [values[key] for key in p.fetch_order]
 

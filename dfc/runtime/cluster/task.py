@@ -135,19 +135,27 @@ class Task:
         try:
             self.run_count += 1
             runs, order = {}, []
+            trace = None
+            if opts.get("trace"):
+                from dfc.runtime.trace import Trace
+                trace = Trace(task=self.name)
             coord = Coordinator([it[0] for it in items], distributed=True)
             for dev, ghash, fetches, feed_names, targets in items:
                 plan = self._plan(ghash, fetches, feed_names, targets, frame_ids, opts)
                 device = plan.device
                 ctx = KernelContext(self._container, self.run_count, default_printer, device=device,
                                     files=self.files)
+                ctx.trace = trace
                 mine = {k: feeds[k] for k in feed_names}
                 pool = None if device.kind == "gpu" else self.pool
                 runs[dev] = Run(plan, mine, ctx, pool, Transport(dev, st.rv, coord))
                 order += [(dev, k) for k in range(len(fetches))]
             st.coord, st.runs = coord, runs
             values = PartitionedRun(runs, order).execute()
-            return ("ok", {"values": values, **st.counters.snapshot()})
+            out = {"values": values, **st.counters.snapshot()}
+            if trace is not None:
+                out["trace"] = {"events": trace.events(), "wall0": trace.wall0}
+            return ("ok", out)
         except Aborted as e:
             return ("aborted", str(e))
         except BaseException as e:   # noqa: BLE001 — reported to the chief, which raises it there
