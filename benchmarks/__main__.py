@@ -224,6 +224,9 @@ def main(argv=None):
                     help="install tensorflow-cpu, jax and torch into benchmarks/.venv-competitors for the LSTM rows")
     ap.add_argument("--only", default="trivial,ode,hmc,gru,fixed,lstm,unroll,pi,loop,devices,swap")
     ap.add_argument("--merge", action="store_true", help="update these sections of results/latest.json, keep the rest")
+    ap.add_argument("--swap-lengths", default="10,15,20,25,30,40,50,100,200,300",
+                    help="sequence lengths of the swapping section")
+    ap.add_argument("--swap-capacity-mb", default="8", help="accel:0's capacity in the swapping section")
     a = ap.parse_args(argv)
     only = set(a.only.split(","))
     os.makedirs(RESULTS, exist_ok=True)
@@ -248,8 +251,8 @@ def main(argv=None):
                                                                       if a.quick else {}))),
                 ("loop", lambda: bench_loop(reps, avail)),
                 ("devices", lambda: devices.main(["--pipeline-iterations", "60"])),
-                ("swap", lambda: swapping.main(["--capacity-mb", "32", "--reps", "3" if a.quick else "5",
-                                                "--lengths", "25,50,100,150,200,300,400,600,800"]))]
+                ("swap", lambda: swapping.main(["--capacity-mb", a.swap_capacity_mb, "--reps", "3" if a.quick else "5",
+                                                "--lengths", a.swap_lengths]))]
     for key, fn in sections:
         if key.split("_")[0] not in only:
             continue
