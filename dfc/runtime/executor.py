@@ -482,7 +482,9 @@ class Run:
         except Exception as e:   # noqa: BLE001
             raise self._wrap(i, e) from None
         self.async_waits[(i, it.tag)] = later
-        args = st.args if self.mem is not None else None
+        if self.mem is not None:
+            self._release(st)       # what the kernel keeps (an enqueued element) the queue holds now
+        args = None
         t = self.transport
         if t is None:
             put = self._done.put

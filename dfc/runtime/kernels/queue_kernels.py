@@ -165,6 +165,7 @@ def elements_of(q, components, many, node_name=None):
         if q.shapes is not None and shape != q.shapes[k]:
             raise DfcRuntimeError(f"queue {q.name!r} component {k} has shape {list(q.shapes[k])}, got "
                                   f"{list(shape)}" + (" per element" if many else ""), node=node_name)
+    components = [c.copy() if isinstance(c, np.ndarray) else c for c in components]   # the queue's own
     if not many:
         return [tuple(components)]
     n = {int(c.shape[0]) for c in components}
