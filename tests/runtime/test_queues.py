@@ -116,6 +116,10 @@ def test_eager_ops_outside_a_graph():
     xs, ks = q.dequeue_many(2)
     np.testing.assert_array_equal(xs, [[0, 1], [2, 3]])
     np.testing.assert_array_equal(ks, [8, 9])
+    mine = np.zeros(2, np.float32)
+    q.enqueue([mine, 1])
+    mine[:] = 5.0           # the queue holds its own copy
+    np.testing.assert_array_equal(q.dequeue()[0], [0, 0])
 
 
 # ------------------------------------------------------------------------------ waiting
