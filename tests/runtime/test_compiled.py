@@ -197,3 +197,19 @@ def test_gradient_loop_of_a_cond_compiles():
     num = [(float(np.sum(dfc.Session(g).call(x + eps * e, np.int32(6))[0]))
             - float(np.sum(dfc.Session(g).call(x - eps * e, np.int32(6))[0]))) / (2 * eps) for e in np.eye(3)]
     np.testing.assert_allclose(dx, num, rtol=1e-5, atol=1e-8)
+
+
+def test_dfc_show_fused_says_which_frames_compile_and_what_blocks_the_others(tmp_path):
+    def f(x, n):
+        a = dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s * 0.5 + x), (0, x))[1]
+        b = dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + dfc.reduce_sum(dfc.stack([s, x]))),
+                           (0, x))[1]
+        return a, b
+    g = dfc.trace(f, dfc.TensorSpec([], "float64"), dfc.TensorSpec([], "int64"))
+    dfc.save(g, str(tmp_path / "g.json"))
+    r = subprocess.run([sys.executable, "-m", "dfc.cli", "show", "--fused", str(tmp_path / "g.json")],
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), check=False)
+    assert r.returncode == 0, r.stderr
+    stack = [n.name for n in g.nodes.values() if n.op == "Stack"][0]
+    assert r.stdout.count("# compile_loops: compiled with numba") == 1
+    assert f"# compile_loops: not compiled, blocked by {stack} (Stack): op Stack has no lowering" in r.stdout
