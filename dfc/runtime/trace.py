@@ -27,9 +27,10 @@ inside a loop `frame` and `iteration` (the innermost frame) plus `frames`
 ("outer[2]/inner[5]") for nested loops. Fed nodes are not spans.
 
 With `trace=None` (the default) nothing here is imported or called: the
-executor keeps its kernel table unwrapped. Recording is thread-safe (one
-lock); a session's trace keeps every run, so each write holds all the runs
-so far (a long Python loop of runs makes a large file: trace a few runs).
+executor keeps its kernel table unwrapped. Recording is thread-safe (a span
+is one list append; a lock only makes new lanes); a session's trace keeps
+every run, so each write holds all the runs so far (a long Python loop of
+runs makes a large file: trace a few runs).
 The reference interpreter (mode="reference") records only the run spans.
 On a cluster (dfc/runtime/cluster) each task records its own partitions' spans
 for the step and the chief merges them: lanes `worker:1/cpu:0` etc., on the
