@@ -37,6 +37,7 @@ def cluster():
             import dfc
             import ray
             os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+            os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")     # keep builtins.print Python's own
             for attempt in range(2):    # Ray's own start-up gives up after 30 s on an overloaded machine
                 try:
                     c = dfc.cluster.connect(tasks=TASKS, num_cpus=4, log_to_driver=False)

@@ -46,7 +46,8 @@ class Optimizer:
         key = (id(var), name)
         slot = self._slots.get(key)
         if slot is None:
-            slot = self._slots[key] = (var, Variable(np.zeros(var.shape, var.dtype), name=f"{var.name}_{name}"))
+            slot = self._slots[key] = (var, Variable(np.zeros(var.shape, var.dtype), name=f"{var.name}_{name}",
+                                                     device=getattr(var, "device", None)))   # beside its variable
         return slot[1]
 
     def _apply(self, grad, var):
@@ -108,3 +109,10 @@ class Adam(Optimizer):
 GradientDescent = SGD
 
 __all__ = ["Optimizer", "SGD", "GradientDescent", "Momentum", "Adam"]
+
+
+def __getattr__(name):
+    if name == "DataParallel":      # data-parallel training on a cluster (dfc/compiler/data_parallel.py)
+        from dfc.compiler.data_parallel import DataParallel
+        return DataParallel
+    raise AttributeError(f"module 'dfc.train' has no attribute {name!r}")

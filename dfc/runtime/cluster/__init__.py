@@ -22,6 +22,10 @@ _DEFAULT_THREADS = 2
 
 
 def _ray():
+    import os
+    # Ray's progress-bar support replaces builtins.print in the driver process; dfc users' print (and
+    # converted print in dfc.functions) must stay Python's own.
+    os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")
     try:
         import ray
     except ImportError:

@@ -1,0 +1,75 @@
+"""dfc.train.DataParallel on the test cluster (worker:0, worker:1, ps:0): sync with m = n is exactly a
+step on the concatenated batch, async trains, and m < n keeps going at the fast workers' pace."""
+import numpy as np
+import pytest
+
+import dfc
+from tests.clustertools import cluster
+
+pytestmark = pytest.mark.xdist_group("ray")
+X = dfc.TensorSpec([None, 4], "float32")
+Y = dfc.TensorSpec([None], "float32")
+
+
+def data(seed, rows=32):
+    r = np.random.default_rng(seed)
+    x = r.standard_normal((rows, 4)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5, 3.0], np.float32) + 0.25).astype(np.float32)
+    return x, y
+
+
+def linear_model(dp):
+    w = dp.variable(np.zeros(4, np.float32), name="w")
+    b = dp.variable(np.float32(0), name="b")
+
+    def loss(x, y):
+        return dfc.reduce_mean(dfc.square(dfc.reduce_sum(x * w.read_value(), axis=1) + b.read_value() - y))
+    return w, b, loss
+
+
+def test_sync_with_all_workers_equals_sgd_on_the_concatenated_batch():
+    c = cluster()
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="sync")
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y])
+    shards = [data(1), data(2)]
+    out = dp.run(shards, steps=5)
+    assert out["updates"] == 5
+    # the same 5 steps in one process on the concatenated batch
+    x = np.concatenate([shards[0][0], shards[1][0]])
+    y = np.concatenate([shards[0][1], shards[1][1]])
+    w1, b1 = dfc.Variable(np.zeros(4, np.float32)), dfc.Variable(np.float32(0))
+    opt = dfc.train.SGD(0.05)
+
+    @dfc.function
+    def step(x, y):
+        loss = dfc.reduce_mean(dfc.square(dfc.reduce_sum(x * w1.read_value(), axis=1) + b1.read_value() - y))
+        opt.minimize(loss, [w1, b1])
+        return loss
+    for _ in range(5):
+        step(x, y)
+    np.testing.assert_allclose(w.numpy(), w1.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b.numpy(), b1.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_async_workers_train_the_shared_parameters_without_waiting():
+    c = cluster()
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="async")
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y])
+    out = dp.run([data(3, 64), data(4, 64)], steps=60, batch_size=16)
+    assert out["worker_steps"] == [60, 60] and out["updates"] == 120
+    np.testing.assert_allclose(w.numpy(), [1.0, -2.0, 0.5, 3.0], atol=0.05)
+    assert abs(float(b.numpy()) - 0.25) < 0.05
+
+
+def test_sync_with_a_backup_worker_goes_at_the_fast_workers_pace():
+    c = cluster()
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="sync", replicas_to_aggregate=1)
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y])
+    out = dp.run([data(5), data(6)], steps=12, delays=[0.0, 0.5])    # worker:1 is a straggler
+    assert out["updates"] == 12
+    assert out["worker_steps"][1] < out["worker_steps"][0]              # the update never waited for it
+    with pytest.raises(dfc.DfcError, match="replicas_to_aggregate"):
+        dfc.train.DataParallel(c, dfc.train.SGD(0.1), mode="sync", replicas_to_aggregate=3)
