@@ -213,3 +213,15 @@ def test_dfc_show_fused_says_which_frames_compile_and_what_blocks_the_others(tmp
     stack = [n.name for n in g.nodes.values() if n.op == "Stack"][0]
     assert r.stdout.count("# compile_loops: compiled with numba") == 1
     assert f"# compile_loops: not compiled, blocked by {stack} (Stack): op Stack has no lowering" in r.stdout
+
+
+def test_matrix_vector_products_give_numpys_bits():
+    def f(w, v, n):
+        def body(i, x, y, z):
+            return i + 1, dfc.tanh(dfc.matmul(w, x) + 0.1), dfc.matmul(y, w) * 0.5, z + dfc.matmul(x, y)
+        return dfc.while_loop(lambda i, x, y, z: i < n, body, (0, v, v, dfc.reduce_sum(v) * 0.0))
+    g = dfc.trace(f, dfc.TensorSpec([24, 24], "float64"), dfc.TensorSpec([24], "float64"),
+                  dfc.TensorSpec([], "int64"))
+    assert _status(g) == {"while": ("compiled", None)}
+    rng = np.random.default_rng(2)
+    run_all_modes(g, rng.standard_normal((24, 24)) * 0.2, rng.standard_normal(24), np.int64(5))

@@ -151,3 +151,39 @@ def matmul2d(LP, k, a, b, ta, tb):
                  LP[3 * k + 2]) < 0:
         raise FloatingPointError("numpy loop failed")
     return out
+
+
+@njit(cache=True, nogil=True)
+def matmul_vec(LP, k, a, b):
+    """numpy's matmul loop where a or b (or both) is 1-D, passed as numpy passes a missing core
+    dimension: size 1, stride 0. Returns the flat result (n, m or () as numpy shapes it, flattened)."""
+    it = a.itemsize
+    if a.ndim == 1:
+        n, kk, sa_n, sa_k = 1, a.shape[0], 0, it
+    else:
+        n, kk, sa_n, sa_k = a.shape[0], a.shape[1], a.shape[1] * it, it
+    if b.ndim == 1:
+        kb, m, sb_k, sb_m = b.shape[0], 1, it, 0
+    else:
+        kb, m, sb_k, sb_m = b.shape[0], b.shape[1], b.shape[1] * it, it
+    if kk != kb:
+        raise ValueError("matmul: inner dimensions differ")
+    out = np.empty(n * m, a.dtype)
+    ptrs = np.empty(3, np.intp)
+    ptrs[0] = a.ctypes.data
+    ptrs[1] = b.ctypes.data
+    ptrs[2] = out.ctypes.data
+    dims = np.empty(4, np.intp)
+    dims[0] = 1
+    dims[1] = n
+    dims[2] = kk
+    dims[3] = m
+    steps = np.zeros(9, np.intp)
+    steps[3], steps[4] = sa_n, sa_k
+    steps[5], steps[6] = sb_k, sb_m
+    steps[7] = 0 if a.ndim == 1 else (it if b.ndim == 1 else m * it)
+    steps[8] = 0 if b.ndim == 1 else it
+    if call_loop(LP[3 * k], LP[3 * k + 1], ptrs.ctypes.data, dims.ctypes.data, steps.ctypes.data,
+                 LP[3 * k + 2]) < 0:
+        raise FloatingPointError("numpy loop failed")
+    return out

@@ -106,3 +106,19 @@ def _getitem(e):
     if e.outs[0].ndim == 0:
         return [r]
     return [f"np.ascontiguousarray({r})"]
+
+
+@lowering("Squeeze")
+def _squeeze(e):
+    t = e.ins[0]
+    ax = e.node.attrs.get("axis")
+    if ax is None or t.ndim == 0:
+        raise Unsupported("Squeeze without axes (which dimensions go depends on run-time sizes)")
+    axes = sorted({a % t.ndim for a in (ax if isinstance(ax, list) else [ax])})
+    x = e.args[0]
+    e.stmt(f"if {' or '.join(f'{x}.shape[{a}] != 1' for a in axes)}: "
+           f"raise ValueError('cannot squeeze an axis whose size is not 1')")
+    keep = [f"{x}.shape[{j}]" for j in range(t.ndim) if j not in axes]
+    if not keep:
+        return [f"{x}.reshape({x}.size)[0]"]
+    return [f"{x}.reshape(({''.join(k + ', ' for k in keep)}))"]

@@ -213,8 +213,12 @@ def _reduce(e):
 @lowering("MatMul")
 def _matmul(e):
     a, b = e.ins
-    if a.ndim != 2 or b.ndim != 2:
-        raise Unsupported("MatMul of other than two 2-D arrays is not lowered")
     ta, tb = e.node.attrs.get("transpose_a", False), e.node.attrs.get("transpose_b", False)
+    if a.ndim not in (1, 2) or b.ndim not in (1, 2) or ((ta or tb) and (a.ndim, b.ndim) != (2, 2)):
+        raise Unsupported("MatMul other than 2-D @ 2-D (transposed or not), 2-D @ 1-D, 1-D @ 2-D or 1-D @ 1-D")
     k = e.loop(np.matmul, (a.dtype, a.dtype, a.dtype))
-    return [f"P.matmul2d(LP, {k}, {e.args[0]}, {e.args[1]}, {bool(ta)}, {bool(tb)})"]
+    x, y = e.args
+    if (a.ndim, b.ndim) == (2, 2):
+        return [f"P.matmul2d(LP, {k}, {x}, {y}, {bool(ta)}, {bool(tb)})"]
+    flat = f"P.matmul_vec(LP, {k}, {x}, {y})"      # a missing core dimension passed as numpy passes it
+    return [f"{flat}[0]" if e.outs[0].ndim == 0 else flat]
