@@ -41,18 +41,22 @@ DTYPES = ["float32", "float64", "int32", "int64"]
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sort_argsort_cumsum_flip_against_numpy(shape, dtype):
     x = data(shape, dtype)
-    for axis in range(-len(shape), len(shape)):
-        got = run(lambda t: (dfc.sort(t, axis), dfc.argsort(t, axis), dfc.cumsum(t, axis), dfc.flip(t, axis),
-                             dfc.cumprod(t, axis), dfc.roll(t, 2, axis), dfc.roll(t, -7, axis)), x)
-        want = (np.sort(x, axis), np.argsort(x, axis, kind="stable"), np.cumsum(x, axis, dtype=x.dtype),
-                np.flip(x, axis), np.cumprod(x, axis, dtype=x.dtype), np.roll(x, 2, axis), np.roll(x, -7, axis))
-        for a, b in zip(got, want):
-            same(a, b)
-    got = run(lambda t: (dfc.sort(t, None), dfc.cumsum(t), dfc.flip(t), dfc.roll(t, 3), dfc.repeat(t, 2),
-                         dfc.tile(t, (2, 1)), dfc.outer(t, t), dfc.argsort(t, None)), x)
-    want = (np.sort(x, None), np.cumsum(x, dtype=x.dtype), np.flip(x), np.roll(x, 3), np.repeat(x, 2),
-            np.tile(x, (2, 1)), np.outer(x, x), np.argsort(x, None, kind="stable"))
-    for a, b in zip(got, want):
+    axes = range(-len(shape), len(shape))
+
+    def per_axis(t):
+        return [(dfc.sort(t, a), dfc.argsort(t, a), dfc.cumsum(t, a), dfc.flip(t, a), dfc.cumprod(t, a),
+                 dfc.roll(t, 2, a), dfc.roll(t, -7, a)) for a in axes]
+
+    def whole(t):
+        return (dfc.sort(t, None), dfc.cumsum(t), dfc.flip(t), dfc.roll(t, 3), dfc.repeat(t, 2), dfc.tile(t, (2, 1)),
+                dfc.outer(t, t), dfc.argsort(t, None))
+
+    got = run(lambda t: (per_axis(t), whole(t)), x)
+    want = ([(np.sort(x, a), np.argsort(x, a, kind="stable"), np.cumsum(x, a, dtype=x.dtype), np.flip(x, a),
+              np.cumprod(x, a, dtype=x.dtype), np.roll(x, 2, a), np.roll(x, -7, a)) for a in axes],
+            (np.sort(x, None), np.cumsum(x, dtype=x.dtype), np.flip(x), np.roll(x, 3), np.repeat(x, 2),
+             np.tile(x, (2, 1)), np.outer(x, x), np.argsort(x, None, kind="stable")))
+    for a, b in zip(dfc.nest.flatten(got), dfc.nest.flatten(want)):
         same(a, b)
 
 
