@@ -73,3 +73,19 @@ def test_sync_with_a_backup_worker_goes_at_the_fast_workers_pace():
     assert out["worker_steps"][1] < out["worker_steps"][0]              # the update never waited for it
     with pytest.raises(dfc.DfcError, match="replicas_to_aggregate"):
         dfc.train.DataParallel(c, dfc.train.SGD(0.1), mode="sync", replicas_to_aggregate=3)
+
+
+def test_async_training_on_digits_reaches_90_percent_and_the_sample_runs_all_three_modes():
+    pytest.importorskip("sklearn")
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parents[2] / "samples" / "distributed_training.py"
+    spec = importlib.util.spec_from_file_location("distributed_training", path)
+    sample = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sample)
+    data = sample.load()
+    c = cluster()
+    r = sample.train(c, "async", None, steps=80, straggler=0.0, data=data, show=False)
+    assert r["test_accuracy"] >= 0.90 and r["worker_steps"] == [80, 80]
+    r = sample.train(c, "sync", None, steps=10, straggler=0.0, data=data, show=False)
+    assert r["updates"] == 10 and r["test_accuracy"] > 0.5
