@@ -115,14 +115,21 @@ class DataParallel:
         return update
 
     # ------------------------------------------------------------------ the loop
-    def run(self, shards, steps, batch_size=None, delays=None, on_step=None):
+    def run(self, shards, steps, batch_size=None, delays=None, on_step=None, restart_failed=False):
         """Train for `steps` updates: every worker loops over minibatches of its shard on its own thread.
 
         shards: one tuple of arrays per worker (its data); batch_size: rows per step (None: the whole
         shard); delays: seconds each worker sleeps after each of its steps (to study stragglers);
         on_step(worker_index, step_index, loss): called after each worker step. Returns {"losses": a list
-        of losses per worker, "worker_steps": steps each worker took, "updates": the global step}.
-        In sync mode `steps` counts the chief's updates; in async mode each worker takes `steps` steps.
+        of losses per worker, "worker_steps": steps each worker took, "updates": the global step,
+        "failed": {worker: why} for workers whose process died}. In sync mode `steps` counts the chief's
+        updates; in async mode each worker takes `steps` steps.
+
+        A worker whose process dies does not stop training: the others go on (in sync mode while at
+        least replicas_to_aggregate workers are left) and the result reports it; with
+        restart_failed=True the chief restarts its task (cluster.restart) and it rejoins where it was
+        (workers hold no state: the parameters live on the ps tasks). A dead ps task stops the run
+        with its DfcError.
         """
         if not self.sessions:
             raise DfcError("call dp.compile(loss_fn, input_signature) before dp.run")
@@ -134,13 +141,12 @@ class DataParallel:
             left = int(self.tokens.size())
             if left:
                 self.tokens.dequeue_many(left)
-        errors, stop = [], threading.Event()
+        errors, stop, failed = [], threading.Event(), {}
 
-        def work(k):
+        def work(k, i=0):
             shard, s = shards[k], self.sessions[k]
             rows = len(shard[0])
             b = rows if batch_size is None else int(batch_size)
-            i = 0
             try:
                 while not stop.is_set() and (self.mode == "sync" or i < steps):
                     lo = (i * b) % rows
@@ -152,6 +158,19 @@ class DataParallel:
                     i += 1
                     if delays[k]:
                         time.sleep(delays[k])
+            except DfcError as e:
+                worker = self.workers[k]
+                if f"task {worker} died" not in str(e):
+                    errors.append(e)
+                    stop.set()
+                    return
+                failed[worker] = e.message
+                if restart_failed and not stop.is_set():
+                    self.cluster.restart(worker)
+                    return work(k, i)
+                if self.mode == "sync" and len(self.workers) - len(failed) < self.m:
+                    errors.append(e)
+                    stop.set()
             except Exception as e:   # noqa: BLE001 — raised in the caller's thread
                 errors.append(e)
                 stop.set()
@@ -178,4 +197,5 @@ class DataParallel:
                 t.join(120)
         if errors:
             raise errors[0]
-        return {"losses": losses, "worker_steps": [len(x) for x in losses], "updates": int(self.global_step.numpy())}
+        return {"losses": losses, "worker_steps": [len(x) for x in losses], "updates": int(self.global_step.numpy()),
+                "failed": failed}

@@ -562,7 +562,19 @@ def _r(fn):
 
 Tensor.__add__, Tensor.__radd__ = add, _r(add)
 Tensor.__sub__, Tensor.__rsub__ = subtract, _r(subtract)
-Tensor.__mul__, Tensor.__rmul__ = multiply, _r(multiply)
+def _rmul(self, other):
+    """other * self. A Python list or tuple times an integer scalar tensor means repetition in Python
+    ([0.0] * n is n zeros), which a graph cannot build from a run-time count: an error, not a
+    one-element elementwise product."""
+    if isinstance(other, (list, tuple)) and self.shape == () and self.dtype is not None and \
+            np.dtype(self.dtype).kind in "iu":
+        raise DfcTypeError(f"{type(other).__name__} * tensor repeats the {type(other).__name__} a tensor number of "
+                           f"times, which a graph cannot do: use dfc.zeros([n]) / dfc.fill([n], value) for an array, "
+                           f"or a dfc.TensorArray", loc=user_location())
+    return multiply(other, self)
+
+
+Tensor.__mul__, Tensor.__rmul__ = multiply, _rmul
 Tensor.__truediv__, Tensor.__rtruediv__ = divide, _r(divide)
 Tensor.__floordiv__, Tensor.__rfloordiv__ = floordiv, _r(floordiv)
 Tensor.__mod__, Tensor.__rmod__ = mod, _r(mod)

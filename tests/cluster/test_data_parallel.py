@@ -89,3 +89,21 @@ def test_async_training_on_digits_reaches_90_percent_and_the_sample_runs_all_thr
     assert r["test_accuracy"] >= 0.90 and r["worker_steps"] == [80, 80]
     r = sample.train(c, "sync", None, steps=10, straggler=0.0, data=data, show=False)
     assert r["updates"] == 10 and r["test_accuracy"] > 0.5
+
+
+def test_a_killed_worker_does_not_stop_async_training_and_rejoins_after_a_restart():
+    import os
+    import signal
+    c = cluster()
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="async")
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y])
+    pid = c.pid("worker:1")
+
+    def kill_once(k, i, _loss):
+        if k == 1 and i == 4:
+            os.kill(pid, signal.SIGKILL)
+    out = dp.run([data(7, 64), data(8, 64)], steps=30, batch_size=16, on_step=kill_once, restart_failed=True)
+    assert "worker:1" in out["failed"] and "died" in out["failed"]["worker:1"]
+    assert out["worker_steps"] == [30, 30] and c.pid("worker:1") != pid          # it rejoined and finished
+    np.testing.assert_allclose(w.numpy(), [1.0, -2.0, 0.5, 3.0], atol=0.2)

@@ -73,7 +73,6 @@ class Cluster:
                 raise DfcError(f"could not {where}: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
                                ) from None
             self._started_ray = True
-        _connected.append(self)
         self.task_names = list(tasks)
         self.gpus = dict(gpus or {})
         self.num_threads, self.checkpoint_dir = num_threads, checkpoint_dir
@@ -86,6 +85,7 @@ class Cluster:
         for t in self.task_names:
             self._start(t)
         self._connect_all()
+        _connected.append(self)     # only a cluster whose tasks all started holds Variables
 
     def _actor_class(self):
         from dfc.runtime.cluster.task import Task
