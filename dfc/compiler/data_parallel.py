@@ -41,7 +41,8 @@ MODES = ("async", "sync")
 class DataParallel:
     """Data-parallel training of Variables made with `variable()` on `cluster` (see the module docstring)."""
 
-    def __init__(self, cluster, optimizer, mode="async", replicas_to_aggregate=None, name="dp"):
+    def __init__(self, cluster, optimizer, mode="async", replicas_to_aggregate=None, name="dp",
+                 checkpoint_every=None):
         if mode not in MODES:
             raise DfcError(f"DataParallel mode must be 'async' or 'sync', not {mode!r}")
         tasks = cluster.tasks
@@ -54,6 +55,7 @@ class DataParallel:
         if not 1 <= m <= n:
             raise DfcError(f"replicas_to_aggregate must be between 1 and the {n} workers, got {replicas_to_aggregate}")
         self.cluster, self.optimizer, self.mode, self.m, self.name = cluster, optimizer, mode, m, name
+        self.checkpoint_every = None if checkpoint_every is None else int(checkpoint_every)
         self.variables = []
         self.global_step = Variable(np.int64(0), name=f"{name}_global_step", device=f"{self.ps[0]}/cpu:0")
         self.sessions, self.chief = [], None
@@ -94,7 +96,7 @@ class DataParallel:
                 grads = gradients(loss, vars_)
             if self.mode == "async":
                 self.optimizer.apply_gradients(list(zip(grads, vars_)))
-                self.global_step.assign_add(np.int64(1))
+                self._save_shards(self.global_step.assign_add(np.int64(1)))
             else:
                 for acc, g in zip(self.accumulators, grads):
                     acc.apply_grad(g, local)
@@ -108,11 +110,54 @@ class DataParallel:
             avgs = [acc.take_grad(self.m) for acc in self.accumulators]
             self.optimizer.apply_gradients(list(zip(avgs, vars_)))
             new = self.global_step.assign_add(np.int64(1))
+            self._save_shards(new)
             from dfc.compiler.ops_api import fill
             self.tokens.enqueue_many(fill([len(self.workers)], new))
             return new
         update.__name__ = f"{self.name}_chief_update"
         return update
+
+    # ------------------------------------------------------------------ checkpoint shards
+    def shard_path(self, ps):
+        """The file (in the ps task's checkpoint directory) holding ps task `ps`'s shard."""
+        return f"{self.name}_{ps.replace(':', '')}.npz"
+
+    def _shards(self):
+        """ps task -> dfc.Checkpoint of the Variables it holds (ps:0's includes the global step)."""
+        from dfc.compiler.checkpoint import Checkpoint
+        out = {}
+        for v in [self.global_step] + self.variables:
+            task = str(v.device).split("/")[0]
+            out.setdefault(task, {})[v.shared_name] = v
+        return {task: Checkpoint(vs) for task, vs in out.items()}
+
+    def _save_shards(self, step):
+        """Every `checkpoint_every` updates each ps task saves its own Variables (a Save on that task, in
+        the graph that made the update): no coordination, so one shard may have seen more updates than
+        another (the course note's point)."""
+        if not self.checkpoint_every:
+            return
+        from dfc.compiler.control_flow import cond
+        for task, ckpt in self._shards().items():
+            def save(ckpt=ckpt, task=task):
+                with device_scope(f"{task}/cpu:0"):
+                    ckpt.save(self.shard_path(task))
+                return np.int64(0)
+            cond(step % self.checkpoint_every == 0, save, lambda: np.int64(0))
+
+    def restore(self, tasks=None):
+        """Load each ps task's newest shard into its Variables (all ps tasks, or those in `tasks`, e.g.
+        after cluster.restart("ps:0")); returns the restored global step."""
+        from dfc.runtime.session import Session
+        for task, ckpt in self._shards().items():
+            if tasks is not None and task not in tasks:
+                continue
+
+            def load(ckpt=ckpt, task=task):
+                with device_scope(f"{task}/cpu:0"):
+                    return ckpt.restore(self.shard_path(task))[0]
+            Session(trace(load), cluster=self.cluster).call()
+        return int(self.global_step.numpy())
 
     # ------------------------------------------------------------------ the loop
     def run(self, shards, steps, batch_size=None, delays=None, on_step=None, restart_failed=False):

@@ -107,3 +107,18 @@ def test_a_killed_worker_does_not_stop_async_training_and_rejoins_after_a_restar
     assert "worker:1" in out["failed"] and "died" in out["failed"]["worker:1"]
     assert out["worker_steps"] == [30, 30] and c.pid("worker:1") != pid          # it rejoined and finished
     np.testing.assert_allclose(w.numpy(), [1.0, -2.0, 0.5, 3.0], atol=0.2)
+
+
+def test_ps_shards_are_saved_without_coordination_and_restored_after_a_ps_restart():
+    c = cluster()
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="sync", checkpoint_every=2, name="dpck")
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y])
+    dp.run([data(9), data(10)], steps=4)          # shards saved at updates 2 and 4
+    w4, b4 = w.numpy(), b.numpy()
+    assert dp.global_step.numpy() == 4
+    c.restart("ps:0")                              # a fresh process: initial values
+    assert dp.global_step.numpy() == 0 and not w.numpy().any()
+    assert dp.restore() == 4
+    np.testing.assert_array_equal(w.numpy(), w4)
+    np.testing.assert_array_equal(b.numpy(), b4)
