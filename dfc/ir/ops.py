@@ -1087,6 +1087,7 @@ register("Qr", ("x",), 2, {"full_matrices": ("bool", False)}, _qr_infer, heavy=T
 # Eigenvalues (ascending) and eigenvectors (columns) of a symmetric matrix given by its lower triangle.
 register("SelfAdjointEig", ("x",), 2, {}, _eigh_infer, heavy=True)
 
+
 # ---------------------------------------------------------------- progress bars and summaries (issue 15 item 6)
 # Side effects in program order, like Print. Progress(step, total, *metrics) updates the progress bar
 # `name` (metrics: the names of the metric inputs) and has no outputs. SummaryScalar(step, value) and
