@@ -186,8 +186,11 @@ def _ready(a, stream):
 
 def _check_ready(a, stream, what):
     if not _ready(a, stream):
+        p = a._stream
         raise StreamOrderError(f"{what} reads an array of device {a._dev} produced on another stream with no "
-                               f"event waited on after it (a race on a real GPU)")
+                               f"event waited on after it (a race on a real GPU): {a.dtype}{list(a.shape)}, "
+                               f"operation {a._seq} of a {'non-' if p.non_blocking else ''}blocking stream "
+                               f"done up to {p.completed}")
 
 
 # ---------------------------------------------------------------------------------- memory

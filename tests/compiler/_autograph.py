@@ -97,7 +97,9 @@ def check_eager_matches(converted, args, graph_result, state_before, exact_dtype
     eager_state = store.snapshot()
     assert eager_state.keys() == graph_state.keys()
     for name, value in graph_state.items():
-        np.testing.assert_allclose(eager_state[name], value, rtol=1e-6, err_msg=f"variable {name} (eager)")
+        host = [v.get() if hasattr(v, "get") and not isinstance(v, np.ndarray) else v    # DFC_TEST_DEVICE=strict:
+                for v in (eager_state[name], value)]                                  # on the device
+        np.testing.assert_allclose(*host, rtol=1e-6, err_msg=f"variable {name} (eager)")
     return same_dtypes
 
 

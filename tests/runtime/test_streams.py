@@ -148,3 +148,22 @@ def test_without_events_a_partitioned_run_fails_in_the_double(monkeypatch):
     monkeypatch.setattr(GPUDevice, "outgoing", lambda self, v: v)
     with pytest.raises((StreamOrderError, dfc.DfcError), match="produced on another stream"):
         dfc.Session(g).call(x)
+
+
+def test_swapping_on_a_strict_device_copies_out_and_prefetches_in_order():
+    """Gradient stacks swapped to host on the swap-out stream and prefetched on the swap-in stream: every
+    copy is ordered after its producer (the double raises otherwise) and the gradients are numpy's."""
+    def f(x, w):
+        def body(i, h):
+            return i + 1, dfc.tanh(h @ w + x)
+        h = dfc.while_loop(lambda i, h: i < 12, body, (0, x), swap_memory=True)[1]
+        return dfc.gradients(dfc.reduce_sum(h * h), [w])[0]
+    g = dfc.trace(f, dfc.TensorSpec([16, 64], "float32"), dfc.TensorSpec([64, 64], "float32"))
+    rng = np.random.default_rng(1)
+    x, w = rng.normal(size=(16, 64)).astype(np.float32), (rng.normal(size=(64, 64)) * 0.1).astype(np.float32)
+    want = dfc.Session(g, default_device="cpu:0").call(x, w)
+    for fuse in (False, True):
+        s = dfc.Session(g, default_device="strict:0", swap_threshold=0.0, swap_min_bytes=1024, fuse_loops=fuse)
+        np.testing.assert_array_equal(s.call(x, w), want)
+        sw = s.memory_stats()["strict:0"]["swap"]
+        assert sw["swapped_out"] > 0 and sw["prefetched"] + sw["swapped_in"] + sw["cancelled"] > 0, (fuse, sw)
