@@ -31,9 +31,10 @@ def versions():
 
 def blas_threads():
     """The BLAS thread settings of this process's environment (as numpy's OpenBLAS reads them)."""
-    return {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                           "OMP_WAIT_POLICY")
-            if os.environ.get(k) is not None} or "library default (all cores)"
+    set_ = {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+            if os.environ.get(k) is not None}
+    text = ", ".join(f"{k}={v}" for k, v in set_.items()) or "library default (all cores)"
+    return text + f"; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
 
 
 def conditions():
