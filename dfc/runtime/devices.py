@@ -327,6 +327,10 @@ class Device:
     def run_context(self):
         return contextlib.nullcontext()
 
+    def end_run(self):
+        """After a run (finished or failed): its work on this device is done (values it left behind,
+        Variables, may be read by the host or another Session's streams next)."""
+
     def __repr__(self):
         return f"<Device {self.name}>"
 
@@ -464,6 +468,11 @@ class GPUDevice(Device):
 
     def run_context(self):
         return self._on(self.compute_stream)
+
+    def end_run(self):
+        with self._cp.cuda.Device(self.index):
+            for s in (self.h2d_stream, self.compute_stream, self.d2h_stream):
+                s.synchronize()
 
 
 class StrictDevice(GPUDevice):

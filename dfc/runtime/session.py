@@ -335,6 +335,7 @@ class Session:
                     for sw in self._swappers.values():
                         sw.end_run()
                     for d in self.devices.devices.values():
+                        d.end_run()         # a GPU's streams finish the run's work, even after an error
                         if d.memory is not None:
                             d.memory.end_run()
         return nest.pack_sequence_as(fetches, [_to_numpy(v) for v in values])
