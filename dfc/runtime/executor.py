@@ -149,7 +149,7 @@ class Plan:
         if fuse and (not self.mem_accounting or device.fuses):
             from dfc.runtime.fused import build_programs
             self.programs = build_programs(self)
-            if overlap and self.programs and (device is None or device.kind != "gpu"):
+            if overlap and self.programs and (device is None or not device.device_arrays):   # gpu, strict: no pool
                 from dfc.runtime.overlap import overlapping_frames
                 for fid in overlapping_frames(self):
                     self.programs.pop(fid, None)

@@ -166,5 +166,6 @@ def test_swapping_on_a_strict_device_copies_out_and_prefetches_in_order():
         s = dfc.Session(g, default_device="strict:0", swap_threshold=0.0, swap_min_bytes=1024, fuse_loops=fuse)
         np.testing.assert_array_equal(s.call(x, w), want)
         sw = s.memory_stats()["strict:0"]["swap"]
-        if not fuse:    # the fused run once swapped nothing in a loaded parallel CI run (cause not found yet)
-            assert sw["swapped_out"] > 0 and sw["prefetched"] + sw["swapped_in"] + sw["cancelled"] > 0, sw
+        # entries were queued for copy-out; one popped before its copy started is cancelled, not copied
+        assert sw["swapped_out"] + sw["cancelled"] > 0, (fuse, sw)
+        assert sw["prefetched"] + sw["swapped_in"] + sw["cancelled"] > 0, (fuse, sw)
