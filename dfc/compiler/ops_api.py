@@ -222,8 +222,8 @@ def squeeze(x, axis=None):
 
 
 def _same_dtype(values):
-    ts = [v for v in values if isinstance(v, Tensor)]
     values = [eager.lift(v) for v in values]
+    ts = [v for v in values if isinstance(v, Tensor)]
     d = ts[0].dtype if ts else None
     for t in ts[1:]:
         d = dt.promote(d, t.dtype)
