@@ -6,6 +6,7 @@ process). Tests that need a fresh task call `cluster().restart(name)`.
 import atexit
 import os
 import random
+import tempfile
 import threading
 
 import pytest
@@ -40,7 +41,8 @@ def cluster():
             os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")     # keep builtins.print Python's own
             for attempt in range(2):    # Ray's own start-up gives up after 30 s on an overloaded machine
                 try:
-                    c = dfc.cluster.connect(tasks=TASKS, num_cpus=4, log_to_driver=False)
+                    c = dfc.cluster.connect(tasks=TASKS, num_cpus=4, log_to_driver=False,
+                                            checkpoint_dir=tempfile.mkdtemp(prefix="dfc-cluster-ckpt-"))
                     break
                 except dfc.DfcError as e:
                     ray.shutdown()
