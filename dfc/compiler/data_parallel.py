@@ -42,7 +42,7 @@ class DataParallel:
     """Data-parallel training of Variables made with `variable()` on `cluster` (see the module docstring)."""
 
     def __init__(self, cluster, optimizer, mode="async", replicas_to_aggregate=None, name="dp",
-                 checkpoint_every=None):
+                 checkpoint_every=None, wire_compression=None):
         if mode not in MODES:
             raise DfcError(f"DataParallel mode must be 'async' or 'sync', not {mode!r}")
         tasks = cluster.tasks
@@ -56,6 +56,7 @@ class DataParallel:
             raise DfcError(f"replicas_to_aggregate must be between 1 and the {n} workers, got {replicas_to_aggregate}")
         self.cluster, self.optimizer, self.mode, self.m, self.name = cluster, optimizer, mode, m, name
         self.checkpoint_every = None if checkpoint_every is None else int(checkpoint_every)
+        self.wire_compression = wire_compression     # "bfloat16": float32 values cross tasks as 16 bits
         self.variables = []
         self.global_step = Variable(np.int64(0), name=f"{name}_global_step", device=f"{self.ps[0]}/cpu:0")
         self.sessions, self.chief = [], None
@@ -83,9 +84,10 @@ class DataParallel:
                                     device=f"{self.ps[0]}/cpu:0")
         for w in self.workers:
             g = trace(self._worker_step(loss_fn, w, vars_), *specs)
-            self.sessions.append(Session(g, cluster=self.cluster))
+            self.sessions.append(Session(g, cluster=self.cluster, wire_compression=self.wire_compression))
         if self.mode == "sync":
-            self.chief = Session(trace(self._chief_step(vars_)), cluster=self.cluster)
+            self.chief = Session(trace(self._chief_step(vars_)), cluster=self.cluster,
+                                 wire_compression=self.wire_compression)
         return self
 
     def _worker_step(self, loss_fn, worker, vars_):
@@ -242,5 +244,6 @@ class DataParallel:
                 t.join(120)
         if errors:
             raise errors[0]
+        moved = sum(s.wire_stats()["bytes_sent"] for s in self.sessions + ([self.chief] if self.chief else []))
         return {"losses": losses, "worker_steps": [len(x) for x in losses], "updates": int(self.global_step.numpy()),
-                "failed": failed}
+                "failed": failed, "bytes_between_processes": moved}

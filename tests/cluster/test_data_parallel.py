@@ -122,3 +122,16 @@ def test_ps_shards_are_saved_without_coordination_and_restored_after_a_ps_restar
     assert dp.restore() == 4
     np.testing.assert_array_equal(w.numpy(), w4)
     np.testing.assert_array_equal(b.numpy(), b4)
+
+
+def test_bfloat16_wire_halves_the_bytes_a_training_step_moves():
+    c = cluster()
+    moved = {}
+    for comp in (None, "bfloat16"):
+        dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="async", wire_compression=comp,
+                                    name=f"dpwire{comp}")
+        w, b, loss = linear_model(dp)
+        dp.compile(loss, [X, Y])
+        out = dp.run([data(11), data(12)], steps=3)
+        moved[comp] = out["bytes_between_processes"]
+    assert moved[None] > 0 and moved["bfloat16"] <= 0.6 * moved[None]
