@@ -30,6 +30,11 @@ class _Info:
 
 
 class TensorArray:
+    """A list of tensors of one dtype inside a graph, functional as in TensorFlow: `write(i, v)`,
+    `unstack(t)` and `scatter` return a new TensorArray; `read(i)`, `stack()`, `gather`, `size()` read it.
+    `dynamic_size=True` (the default, unlike TF) lets it grow; element shapes must agree. Reading an
+    element never written, or an index out of range, is a DfcError at run time. Gradients flow through
+    writes and reads (also inside loops)."""
     def __init__(self, dtype, size=0, dynamic_size=True, element_shape=None, accumulate=False,
                  _handle=None, _flow=None, _info=None):
         if _handle is not None:

@@ -56,6 +56,12 @@ def _unique_name(name):
 
 
 class Variable:
+    """Mutable state: a value of fixed dtype and shape that lives in a resource container under a shared
+    name (the default container is shared by every graph, function and Session of the process; on a
+    cluster task's device, in that task's process). In traced code `read_value()` / `assign` /
+    `assign_add` / `assign_sub` are graph ops ordered in program order; outside a graph they read and
+    change the current value at once (`numpy()`, `np.asarray(v)`). A lossy dtype or a wrong shape is a
+    DfcError at the user's line."""
     def __init__(self, initial_value, name=None, dtype=None, shared_name=None, container="", device=None):
         if isinstance(initial_value, Tensor):
             raise DfcError("a Variable's initial value must be a concrete value (numpy array or Python number), "

@@ -151,6 +151,8 @@ def _node_from_json(d, i):
 
 
 def save(g, path):
+    """Write Graph `g` to `path` as dfc-graph JSON (deterministic: the same program writes the same bytes).
+    An unwritable path is a DfcError."""
     text = to_json(g)
     try:
         with open(path, "w") as f:
@@ -160,6 +162,9 @@ def save(g, path):
 
 
 def load(path):
+    """The Graph saved at `path`, validated (a missing or malformed file, or a bad node, is a DfcError
+    naming it; never an OSError or a JSON error). A loaded graph's Save/Restore paths stay confined to the
+    Session's checkpoint directory."""
     try:
         with open(path, "rb") as f:
             raw = f.read()

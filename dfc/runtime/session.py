@@ -80,6 +80,11 @@ def default_num_threads():
 
 
 class Session:
+    """Runs a Graph: `run(fetches, feeds)` computes the fetched tensors (and the graph's side effects when
+    asked), `call(*args)` runs its signature and returns outputs in their nesting. The module docstring
+    lists the options (mode, threads, devices, memory, swapping, containers, checkpoints, tracing,
+    clusters). A Session keeps its plans, thread pool and device state across runs; Variables live in
+    resource containers, not in the Session."""
     def __init__(self, graph, mode=None, num_threads=None, parallel_iterations=None, printer=None,
                  fuse_loops=None, device_map=None, devices=(), default_device=None, memory_caps=None,
                  track_memory=False, swap_memory=False, swap_threshold=0.5, swap_min_bytes=4096,
