@@ -259,6 +259,25 @@ class Partitioned:
         return "\n".join(out)
 
 
+def route(parts, fetches, feed_names, targets):
+    """What each partition of one (fetches, feeds, targets) key does: (fetch_of: device -> its fetches,
+    fetch_order: [(device, k)] for each fetch in order, feeds_of: device -> set of its fed nodes,
+    targets_of: device -> its targets first, then every other node of its graph)."""
+    where = parts.where
+    fetch_of = {d: [] for d in parts.graphs}
+    fetch_order = []
+    for f in fetches:
+        d = where[parse_input(f)[0]]
+        fetch_order.append((d, len(fetch_of[d])))
+        fetch_of[d].append(f)
+    feeds_of = {d: {n for n in feed_names if where.get(n) == d} for d in parts.graphs}
+    targets_of = {}
+    for d, g in parts.graphs.items():
+        mine = [t for t in targets if where.get(t) == d]
+        targets_of[d] = mine + [n for n in g.nodes if n not in mine]
+    return fetch_of, fetch_order, feeds_of, targets_of
+
+
 def _safe(s):
     return re.sub(r"[^A-Za-z0-9_.\-/]", "_", s)
 

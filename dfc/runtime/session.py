@@ -461,18 +461,8 @@ class _Partitioned:
     """The per-device Plans of one (fetches, feeds, targets) key of a partitioned graph."""
 
     def __init__(self, parts, fetches, feed_names, targets, devices, frame_ids, kw):
-        where = parts.where
+        from dfc.runtime.partition import route
         self.parts = parts
-        fetch_of = {d: [] for d in parts.graphs}
-        self.fetch_order = []
-        for f in fetches:
-            d = where[parse_input(f)[0]]
-            self.fetch_order.append((d, len(fetch_of[d])))
-            fetch_of[d].append(f)
-        self.feeds_of = {d: {n for n in feed_names if where.get(n) == d} for d in parts.graphs}
-        self.plans = {}
-        for d, g in parts.graphs.items():
-            mine = [t for t in targets if where.get(t) == d]
-            others = [n for n in g.nodes if n not in mine]
-            self.plans[d] = Plan(g, fetch_of[d], self.feeds_of[d], mine + others, device=devices.get(d),
-                                 frame_ids=frame_ids, **kw)
+        fetch_of, self.fetch_order, self.feeds_of, targets_of = route(parts, fetches, feed_names, targets)
+        self.plans = {d: Plan(g, fetch_of[d], self.feeds_of[d], targets_of[d], device=devices.get(d),
+                              frame_ids=frame_ids, **kw) for d, g in parts.graphs.items()}

@@ -2,7 +2,6 @@
 placed at random over devices of three processes (the chief, worker:0 with two devices, ps:0) give exactly
 the results of the reference interpreter. (With DFC_TEST_CLUSTER=1 the conftest matrix also runs every
 run_all_modes test on the cluster.)"""
-import inspect
 import pathlib
 import sys
 import zlib
@@ -15,7 +14,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import dfc
 from dfc import nest
 from tests.clustertools import cluster, placed_on_tasks
-from tests.runtime import test_control_flow, test_state, test_random_programs as trp
+from tests.runtime import test_random_programs as trp
+from tests.runtime.test_partition_random import PROGRAMS, _expand     # the same programs and argument sets
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "compiler"))
 import _gradcheck  # noqa: E402
@@ -32,11 +32,6 @@ def on_cluster(graph, *args, seed=None, **kwargs):
     for a, b in zip(nest.flatten(want), nest.flatten(got)):
         np.testing.assert_array_equal(a, b, err_msg=f"seed={seed}")
     return want
-
-
-PROGRAMS = {f"{mod.__name__.rsplit('.', 1)[1]}.{name}": (mod, fn)
-            for mod in (test_control_flow, test_state) for name, fn in sorted(vars(mod).items())
-            if name.startswith("test_") and callable(fn) and "run_all_modes(" in inspect.getsource(fn)}
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -82,11 +77,6 @@ class ClusterSession(dfc.Session):
 @pytest.mark.parametrize("name", sorted(n for n in vars(grad_programs) if n.startswith("test_"))[:6])
 def test_gradient_program_on_three_tasks(name):
     fn = getattr(grad_programs, name)
-    marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
-    argsets = [()]
-    if marks:
-        names, values = marks[0].args[:2]
-        argsets = [(v,) if "," not in names else tuple(v) for v in values]
     with mock.patch.object(_gradcheck, "Session", ClusterSession):
-        for args in argsets:
+        for args in _expand(fn):
             fn(*args)

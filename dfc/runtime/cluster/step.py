@@ -26,6 +26,7 @@ from dfc.ir.graph import parse_input
 from dfc.ir.serialize import to_json
 from dfc.runtime.cluster.wire import Counters, Outbox, StepRendezvous, task_of
 from dfc.runtime.executor import PartitionedRun, Plan, Run, Transport
+from dfc.runtime.partition import route
 from dfc.runtime.rendezvous import Aborted, Coordinator
 
 POLL_SECONDS = 0.05
@@ -36,21 +37,14 @@ class ClusterPlan:
     """The partitions of one (fetches, feeds, targets) key: the chief's Plans and each task's graphs."""
 
     def __init__(self, parts, fetches, feed_names, targets, devices, frame_ids, kw):
-        where = parts.where
         self.frame_ids = frame_ids
-        fetch_of = {d: [] for d in parts.graphs}
-        self.fetch_order = []
-        for f in fetches:
-            d = where[parse_input(f)[0]]
-            self.fetch_order.append((d, len(fetch_of[d])))
-            fetch_of[d].append(f)
-        self.feeds_of = {d: sorted(n for n in feed_names if where.get(n) == d) for d in parts.graphs}
+        fetch_of, self.fetch_order, feeds_of, targets_of = route(parts, fetches, feed_names, targets)
+        self.feeds_of = {d: sorted(names) for d, names in feeds_of.items()}     # sorted: part of a task's plan key
         self.local, self.remote = {}, {}      # device -> Plan; task -> [(device, hash, fetches, feeds, targets)]
         self.texts = {}                       # task -> [(hash, json text)]
         self.opts = {"parallel_iterations": kw.get("parallel_iterations"), "fuse": kw.get("fuse", True)}
         for d, g in parts.graphs.items():
-            mine = [t for t in targets if where.get(t) == d]
-            tgts = mine + [n for n in g.nodes if n not in mine]
+            tgts = targets_of[d]
             task = task_of(d)
             if task is None:
                 self.local[d] = Plan(g, fetch_of[d], set(self.feeds_of[d]), tgts, device=devices.get(d),
