@@ -14,6 +14,7 @@ import numpy as np
 from dfc.errors import DfcError, DfcRuntimeError
 from dfc.ir import ops as opreg
 from dfc.ir.graph import parse_input
+from dfc.runtime import gpu_fusion
 from dfc.runtime.limits import kernel_error
 from dfc.runtime.values import DEAD
 
@@ -37,10 +38,11 @@ class FrameAnalysis:
     dependency order; body: the items that run only when the loop goes on; maybe_dead: the items
     whose inputs a cond may make dead; producer: a child frame's Exit -> that child's item;
     child_programs: child fid -> its generated function's name; tagged: a kernel reads ctx.tag;
-    inplace: Add node -> (loop Merge, slot) of an accumulator that may add into its own buffer.
+    inplace: Add node -> (loop Merge, slot) of an accumulator that may add into its own buffer;
+    chains: k -> the gpu_fusion.Chain of item ("chain", k) (elementwise ops run as one kernel on a GPU).
     """
     __slots__ = ("fid", "fname", "enters", "merges", "switches", "exits", "loop_cond", "order", "body",
-                 "maybe_dead", "producer", "child_programs", "tagged", "inplace")
+                 "maybe_dead", "producer", "child_programs", "tagged", "inplace", "chains")
 
     def __init__(self, *values):
         for name, value in zip(self.__slots__, values, strict=True):
@@ -157,8 +159,11 @@ class FrameProgram:
                     maybe_dead.add(it)
                     break
         tagged = any(p.nodes[i].op in _TAGGED_OPS for i in members)
+        inplace, chains = self._accumulators(merges, switches), {}
+        if not self.traced and gpu_fusion.wanted(p):     # a GPU: elementwise chains become one kernel each
+            order, chains = gpu_fusion.group(self, order, deps, body, maybe_dead, producer, inplace)
         self._gen(FrameAnalysis(fid, fname, enters, merges, switches, exits, lc, order, body, maybe_dead,
-                                producer, child_programs, tagged, self._accumulators(merges, switches)))
+                                producer, child_programs, tagged, inplace, chains))
 
     def _child_frames(self, fid):
         return self.index.children[fid]
@@ -263,6 +268,9 @@ class FrameProgram:
     def _gen_item(self, L, ind, it, a):
         p = self.plan
         w = L.append
+        if it[0] == "chain":
+            gpu_fusion.emit(self, L, ind, it, a)
+            return
         if it[0] == "frame":
             c = it[1]
             c_enters = self.index.enters[c]

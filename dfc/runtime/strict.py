@@ -542,3 +542,106 @@ xp.cuda = types.SimpleNamespace(
     runtime=types.SimpleNamespace(getDeviceCount=lambda: NUM_DEVICES,
                                   memGetInfo=lambda: (_pool.limit[_current()] - _pool.used[_current()],
                                                       _pool.limit[_current()])))
+
+
+# ---------------------------------------------------------------------------------- fuse (one kernel per call)
+
+class _FuseVar:
+    """A value inside a function `fuse` runs: the data of one CUDA local, as numpy. Only what cupy.fuse
+    accepts works on it: ufunc calls (`xp.add(a, b)`; Python scalars weak, as outside fuse), `xp.where`,
+    `astype`, `dtype`/`shape`/`ndim`; anything else (other numpy functions, `out=`, `bool()`, indexing)
+    raises like cupy's fusion, so code that runs here also fuses on cupy."""
+    __slots__ = ("a",)
+    __hash__ = None
+
+    def __init__(self, a):
+        self.a = np.asarray(a)
+
+    dtype = property(lambda self: self.a.dtype)
+    shape = property(lambda self: self.a.shape)
+    ndim = property(lambda self: self.a.ndim)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs:
+            raise TypeError(f"fuse: only plain ufunc calls are supported, not {ufunc.__name__}.{method}"
+                            f"({', '.join(kwargs)})")
+        r = ufunc(*[_fuse_value(x) for x in inputs])
+        return tuple(_FuseVar(v) for v in r) if isinstance(r, tuple) else _FuseVar(r)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func is not np.where or kwargs or len(args) != 3:
+            raise TypeError(f"fuse: numpy.{func.__name__} is not supported in a fused function")
+        return _FuseVar(np.where(*[_fuse_value(x) for x in args]))
+
+    def astype(self, dtype, copy=True):
+        return _FuseVar(self.a.astype(dtype))
+
+    def __bool__(self):
+        raise TypeError("Can't cast to bool")     # cupy's fusion: no branching on values
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("fuse: a fused value cannot become a numpy array")
+
+
+def _fuse_value(x):
+    if isinstance(x, _FuseVar):
+        return x.a
+    if isinstance(x, (bool, int, float, complex, np.generic)):
+        return x
+    raise TypeError(f"Unsupported type {type(x)} in a fused function")
+
+
+fuse_stats = {"kernels": 0}       # fused kernels launched (all devices), for tests
+
+
+class Fused:
+    """cupy.fuse(func): calling it runs `func`'s elementwise ops as ONE kernel on the current stream: one
+    launch (one stream position, `fuse_stats["kernels"]` + 1), outputs allocated in the pool, every
+    output broadcast to the shape of all array arguments (as cupy's ElementwiseKernel does). Arguments:
+    arrays of the current device (checked like any kernel's: device, stream order), Python or numpy
+    scalars; a host numpy array is a TypeError. Without any device array, `func` is called as is (cupy
+    too)."""
+
+    def __init__(self, func, name=None):
+        self.func, self.name = func, name or getattr(func, "__name__", "fused")
+
+    def __call__(self, *args):
+        if not any(isinstance(a, StrictArray) for a in args):
+            return self.func(*args)
+        dev, s = _current(), get_current_stream()
+        vals, shapes = [], []
+        for a in args:
+            if isinstance(a, StrictArray):
+                _use(a)
+                vals.append(_FuseVar(a._a))
+                shapes.append(a.shape)
+            elif isinstance(a, (bool, int, float, complex, np.generic)) or a is None:
+                vals.append(a)
+            else:
+                raise TypeError(f"Invalid argument type for '{self.name}': {type(a)}")
+        r = self.func(*vals)
+        outs = r if isinstance(r, tuple) else (r,)
+        if not all(isinstance(o, _FuseVar) for o in outs):
+            raise TypeError(f"Fusion function can't return {[type(o) for o in outs]}")
+        full = np.broadcast_shapes(*shapes)
+        seq = s.launch()
+        res = []
+        for o in outs:
+            data = np.array(np.broadcast_to(o.a, full), copy=True)
+            arr = StrictArray.__new__(StrictArray)      # all outputs of the one launch
+            arr._a, arr._dev, arr._owner, arr._stream, arr._seq = data, dev, None, s, seq
+            weakref.finalize(arr, _pool._free, dev, _pool._malloc(dev, data.nbytes))
+            res.append(arr)
+        with _lock:
+            fuse_stats["kernels"] += 1
+        return tuple(res) if isinstance(r, tuple) else res[0]
+
+
+def fuse(*args, kernel_name=None):
+    """cupy.fuse: `fuse(f)` or `@fuse()` / `@fuse(kernel_name=...)`."""
+    if len(args) == 1 and callable(args[0]):
+        return Fused(args[0], kernel_name)
+    return lambda f: Fused(f, kernel_name)
+
+
+xp.fuse = fuse
