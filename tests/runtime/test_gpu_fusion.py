@@ -155,6 +155,27 @@ def test_a_chain_never_spreads_a_cond_branch_deadness_to_live_values(monkeypatch
     assert not any({"Mul", "Tanh"} <= {c.plan.nodes[i].op for i in c.members} for c in fused[3])
 
 
+def test_a_value_that_leaves_a_chain_and_comes_back_splits_it(monkeypatch):
+    """a = h * 2 feeds reduce_sum (not elementwise) and a * s + 1 reads both: one kernel for all three
+    would need s before it could start, so a stays its own kernel; s = sum * 0.01, a * s + 1 and tanh are
+    one chain."""
+    def f(x, n):
+        def body(i, h):
+            a = h * 2.0
+            s = dfc.reduce_sum(a) * 0.01
+            return i + 1, dfc.tanh(a * s + 1.0)
+        return dfc.while_loop(lambda i, h: i < n, body, (0, x))[1]
+    g = dfc.trace(f, dfc.TensorSpec([4], F32), dfc.TensorSpec([], "int32"))
+    fused, _ = _check(g, (np.array([0.5, -1.0, 2.0, 0.25], np.float32), np.int32(5)), monkeypatch)
+    p = fused[3][0].plan
+    members = {i for c in fused[3] for i in c.members}
+    a = next(i for i, n in enumerate(p.nodes) if n.op == "Mul" and any(p.nodes[d].op == "Sum"
+                                                                        for d, _ in p.out_edges[i][0]))
+    assert a not in members
+    assert sorted(p.nodes[i].op for c in fused[3] for i in c.members if p.nodes[i].op != "Cast" and
+                  p.nodes[i].op != "Less") == ["Add", "Mul", "Mul", "Tanh"]
+
+
 def test_where_cast_logic_and_mixed_dtypes(monkeypatch):
     def f(x, n):
         def body(i, h, m):
