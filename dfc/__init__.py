@@ -17,7 +17,7 @@ _OPS = ("constant add subtract multiply divide floordiv mod pow maximum minimum 
         "matmul reduce_sum reduce_mean reduce_max reduce_min reduce_prod reduce_all reduce_any argmax argmin "
         "reshape transpose expand_dims squeeze concat stack unstack split gather where shape size rank fill zeros "
         "ones zeros_like ones_like broadcast_to range softmax log_softmax one_hot random_uniform random_normal "
-        "print Assert clip").split()
+        "print Assert clip timestamp").split()
 
 _LAZY = {name: ("dfc.compiler.ops_api", name) for name in _OPS}
 _NUMPY = ("full arange linspace repeat tile flip roll outer argsort sort top_k take_along_axis cumsum cumprod "

@@ -20,29 +20,44 @@ Variable's handle), so every worker reads and nudges the same parameters.
   old step and are dropped (backup workers against stragglers); with m = n one step equals a step on
   the concatenated batch (the mean of the workers' mean gradients, for equal shard batches).
 
-`dp.global_step` is a Variable on the first ps task; learning-rate schedules can read it in the step.
-"""
-import threading
-import time
+The training loop is either a Python loop of steps (`compile(..., loop="python")`, one Session call
+per step) or the paper's in-graph loop (`loop="graph"`): each worker's whole loop, minibatch slicing
+included, is one dfc.while_loop and one call; in sync mode the chief's updates are a loop too, and the
+workers' loops end at the stop token the chief enqueues after its last update.
 
+`dp.global_step` is a Variable on the first ps task; a learning-rate schedule
+(`dfc.train.exponential_decay`) reads it in the step. Checkpoints: with `checkpoint_every=k` and/or
+`checkpoint_secs=t` each ps task counts its own updates and saves the Variables it holds (a Save on
+that task, in the graph that made the update) every k of them and/or once t seconds have passed since
+its last save (`dfc.timestamp` in the graph): no coordination, so a shard of one task may have seen
+more updates than another's. `dp.restore()` loads each task's newest shard; the run loop
+(dfc/compiler/data_parallel_run.py) does it by itself after restarting a dead ps task.
+"""
 import numpy as np
 
+from dfc.compiler import ops_api
 from dfc.compiler.api import device as device_scope
-from dfc.compiler.autodiff import gradients
-from dfc.compiler.queues import ConditionalAccumulator, FIFOQueue
 from dfc.compiler.api import trace
+from dfc.compiler.autodiff import gradients
+from dfc.compiler.control_flow import cond, while_loop
+from dfc.compiler.queues import ConditionalAccumulator, FIFOQueue
+from dfc.compiler.tensor_array import TensorArray
 from dfc.compiler.tracing import TensorSpec
 from dfc.compiler.variables import Variable
 from dfc.errors import DfcError
 
 MODES = ("async", "sync")
+LOOPS = ("python", "graph")
+CHIEF = "cpu:0"          # the chief's own device: progress bars of in-graph loops draw there
+STOP = -1                # the token after which a sync worker's loop ends
+FOREVER = 1 << 62        # steps of a sync worker's in-graph loop (it ends at STOP)
 
 
 class DataParallel:
     """Data-parallel training of Variables made with `variable()` on `cluster` (see the module docstring)."""
 
     def __init__(self, cluster, optimizer, mode="async", replicas_to_aggregate=None, name="dp",
-                 checkpoint_every=None, wire_compression=None):
+                 checkpoint_every=None, checkpoint_secs=None, wire_compression=None):
         if mode not in MODES:
             raise DfcError(f"DataParallel mode must be 'async' or 'sync', not {mode!r}")
         tasks = cluster.tasks
@@ -56,10 +71,17 @@ class DataParallel:
             raise DfcError(f"replicas_to_aggregate must be between 1 and the {n} workers, got {replicas_to_aggregate}")
         self.cluster, self.optimizer, self.mode, self.m, self.name = cluster, optimizer, mode, m, name
         self.checkpoint_every = None if checkpoint_every is None else int(checkpoint_every)
+        self.checkpoint_secs = None if checkpoint_secs is None else float(checkpoint_secs)
+        if (self.checkpoint_every is not None and self.checkpoint_every < 1) or \
+                (self.checkpoint_secs is not None and self.checkpoint_secs <= 0):
+            raise DfcError("checkpoint_every must be >= 1 and checkpoint_secs > 0")
         self.wire_compression = wire_compression     # "bfloat16": float32 values cross tasks as 16 bits
         self.variables = []
         self.global_step = Variable(np.int64(0), name=f"{name}_global_step", device=f"{self.ps[0]}/cpu:0")
-        self.sessions, self.chief = [], None
+        self.sessions, self.chief, self.loop = [], None, "python"
+        self.progress = False
+        self._ps_clock = {}          # ps task -> (its update counter, the time of its last save), on that task
+        self.worker_steps = {}       # worker -> Variable counting its steps (in-graph loops), on ps:0
 
     def variable(self, initial_value, name=None, dtype=None):
         """A parameter on the next ps task (round-robin), with its optimizer slots beside it."""
@@ -69,55 +91,116 @@ class DataParallel:
         return v
 
     # ------------------------------------------------------------------ graphs
-    def compile(self, loss_fn, input_signature):
-        """Trace one training step per worker (and the chief's update graph in sync mode)."""
+    def compile(self, loss_fn, input_signature, loop="python", progress=False):
+        """Trace the workers' training step (loop="python") or whole training loop (loop="graph"), and
+        the chief's update graph in sync mode. progress=True: in-graph loops draw a bar per worker on
+        the chief (dfc.progress); Python loops report through run(on_step=...)."""
         from dfc.runtime.session import Session
+        if loop not in LOOPS:
+            raise DfcError(f"DataParallel loop must be 'python' or 'graph', not {loop!r}")
         specs = [s if isinstance(s, TensorSpec) else TensorSpec(*s) for s in input_signature]
         vars_ = list(self.variables)
         if not vars_:
             raise DfcError("make the model's Variables with dp.variable(...) before compile")
-        self.sessions = []
+        self.loop, self.progress, self.sessions = loop, bool(progress), []
+        if self.checkpoint_every or self.checkpoint_secs:
+            for task in self._shards():
+                if task not in self._ps_clock:
+                    dev, tag = f"{task}/cpu:0", f"{self.name}_{task.replace(':', '')}"
+                    self._ps_clock[task] = (Variable(np.int64(0), name=f"{tag}_updates", device=dev),
+                                            Variable(np.float64(0), name=f"{tag}_saved_at", device=dev))
         if self.mode == "sync":
             self.accumulators = [ConditionalAccumulator(v.dtype, v.shape, name=f"{self.name}_acc_{v.name}",
                                                         device=v.device) for v in vars_]
             self.tokens = FIFOQueue(1 << 30, "int64", [], name=f"{self.name}_tokens",
                                     device=f"{self.ps[0]}/cpu:0")
+        scalar = TensorSpec([], "int64")
         for w in self.workers:
-            g = trace(self._worker_step(loss_fn, w, vars_), *specs)
-            self.sessions.append(Session(g, cluster=self.cluster, wire_compression=self.wire_compression))
+            step = self._worker_step(loss_fn, w, vars_)
+            if loop == "graph":
+                if w not in self.worker_steps:
+                    self.worker_steps[w] = Variable(np.int64(0), name=f"{self.name}_{w.replace(':', '')}_steps",
+                                                    device=f"{self.ps[0]}/cpu:0")
+                g = trace(self._worker_loop(step, w, len(specs)), *specs, scalar, scalar, scalar)
+            else:
+                g = trace(step, *specs)
+            self.sessions.append(Session(g, cluster=self.cluster, wire_compression=self.wire_compression,
+                                         progress=self.progress or None))
+        self.chief = None
         if self.mode == "sync":
-            self.chief = Session(trace(self._chief_step(vars_)), cluster=self.cluster,
-                                 wire_compression=self.wire_compression)
+            update = self._chief_update(vars_)
+            g = trace(self._chief_loop(update), scalar) if loop == "graph" else trace(update)
+            self.chief = Session(g, cluster=self.cluster, wire_compression=self.wire_compression)
         return self
 
     def _worker_step(self, loss_fn, worker, vars_):
+        """step(*batch) -> (loss, token): async, the new global step; sync, the token that released it."""
         def step(*inputs):
             local = self.global_step.read_value()
             with device_scope(f"{worker}/cpu:0"):
                 loss = loss_fn(*inputs)
                 grads = gradients(loss, vars_)
             if self.mode == "async":
-                self.optimizer.apply_gradients(list(zip(grads, vars_)))
-                self._save_shards(self.global_step.assign_add(np.int64(1)))
+                self.optimizer.apply_gradients(list(zip(grads, vars_)), global_step=local)
+                token = self.global_step.assign_add(np.int64(1))
+                self._save_shards()
             else:
                 for acc, g in zip(self.accumulators, grads):
                     acc.apply_grad(g, local)
-                self.tokens.dequeue()      # the barrier: wait for the chief's update of this step
-            return loss
+                token = self.tokens.dequeue()      # the barrier: wait for the chief's update of this step
+            return loss, token
         step.__name__ = f"train_step_{worker.replace(':', '')}"
         return step
 
-    def _chief_step(self, vars_):
+    def _worker_loop(self, step, worker, n_inputs):
+        """The paper's in-graph training loop: loop(*shard, steps, batch, start) runs minibatches start,
+        start+1, ... of the shard (wrapping around) until `steps` (async) or the STOP token (sync) and
+        returns each step's loss (float64)."""
+        counter = self.worker_steps[worker]
+
+        def loop(*args):
+            data, (steps, batch, start) = args[:n_inputs], args[n_inputs:]
+            rows = ops_api.shape(data[0])[0]
+
+            def body(i, go, losses):
+                with device_scope(f"{worker}/cpu:0"):
+                    idx = ops_api.mod(i * batch + ops_api.range(batch), rows)
+                    loss, token = step(*[ops_api.gather(a, idx) for a in data])
+                counter.assign_add(np.int64(1))
+                if self.progress:
+                    with device_scope(CHIEF):
+                        from dfc.compiler.progress import progress
+                        progress(i + 1, steps if self.mode == "async" else i + 1, name=worker, loss=loss)
+                nxt = i + 1
+                more = nxt < steps if self.mode == "async" else ops_api.logical_and(token != STOP, nxt < steps)
+                return nxt, more, losses.write(i - start, ops_api.cast(loss, "float64"))
+            out = while_loop(lambda i, go, losses: go, body, (start, start < steps, TensorArray("float64")),
+                             parallel_iterations=1, name=f"training_loop_{worker.replace(':', '')}")
+            return out[2].stack()
+        loop.__name__ = f"train_loop_{worker.replace(':', '')}"
+        return loop
+
+    def _chief_update(self, vars_):
         def update():
             avgs = [acc.take_grad(self.m) for acc in self.accumulators]
-            self.optimizer.apply_gradients(list(zip(avgs, vars_)))
+            local = self.global_step.read_value()
+            self.optimizer.apply_gradients(list(zip(avgs, vars_)), global_step=local)
             new = self.global_step.assign_add(np.int64(1))
-            self._save_shards(new)
-            from dfc.compiler.ops_api import fill
-            self.tokens.enqueue_many(fill([len(self.workers)], new))
+            self._save_shards()
+            self.tokens.enqueue_many(ops_api.fill([len(self.workers)], new))
             return new
         update.__name__ = f"{self.name}_chief_update"
         return update
+
+    def _chief_loop(self, update):
+        """In-graph sync loop: updates until the global step reaches `target`, then a STOP per worker."""
+        def chief_loop(target):
+            s = while_loop(lambda s: s < target, lambda s: update(), self.global_step.read_value(),
+                           parallel_iterations=1, name=f"{self.name}_update_loop")
+            self.tokens.enqueue_many(ops_api.fill([len(self.workers)], np.int64(STOP)))
+            return s
+        chief_loop.__name__ = f"{self.name}_chief_loop"
+        return chief_loop
 
     # ------------------------------------------------------------------ checkpoint shards
     def shard_path(self, ps):
@@ -133,23 +216,34 @@ class DataParallel:
             out.setdefault(task, {})[v.shared_name] = v
         return {task: Checkpoint(vs) for task, vs in out.items()}
 
-    def _save_shards(self, step):
-        """Every `checkpoint_every` updates each ps task saves its own Variables (a Save on that task, in
-        the graph that made the update): no coordination, so one shard may have seen more updates than
-        another (the course note's point)."""
-        if not self.checkpoint_every:
+    def _save_shards(self):
+        """Each ps task counts its updates and saves its own Variables every `checkpoint_every` of them
+        and/or once `checkpoint_secs` have passed since its last save: all on that task, in the graph
+        that made the update; no coordination between tasks (the course note's point)."""
+        if not self._ps_clock:
             return
-        from dfc.compiler.control_flow import cond
         for task, ckpt in self._shards().items():
-            def save(ckpt=ckpt, task=task):
-                with device_scope(f"{task}/cpu:0"):
-                    ckpt.save(self.shard_path(task))
-                return np.int64(0)
-            cond(step % self.checkpoint_every == 0, save, lambda: np.int64(0))
+            updates, saved_at = self._ps_clock[task]
+            with device_scope(f"{task}/cpu:0"):
+                n = updates.assign_add(np.int64(1))
+                due = ops_api.constant(False)
+                if self.checkpoint_every:
+                    due = ops_api.logical_or(due, n % self.checkpoint_every == 0)
+                if self.checkpoint_secs:
+                    now = ops_api.timestamp()
+                    due = ops_api.logical_or(due, now - saved_at.read_value() >= self.checkpoint_secs)
+
+                def save(ckpt=ckpt, task=task, saved_at=saved_at):
+                    with device_scope(f"{task}/cpu:0"):
+                        ckpt.save(self.shard_path(task))
+                        saved_at.assign(ops_api.timestamp())
+                    return np.int64(0)
+                cond(due, save, lambda: np.int64(0))
 
     def restore(self, tasks=None):
         """Load each ps task's newest shard into its Variables (all ps tasks, or those in `tasks`, e.g.
-        after cluster.restart("ps:0")); returns the restored global step."""
+        after cluster.restart("ps:0")); returns the restored global step. In sync mode the
+        accumulators then count from that step, and tokens left in the queue are dropped."""
         from dfc.runtime.session import Session
         for task, ckpt in self._shards().items():
             if tasks is not None and task not in tasks:
@@ -159,91 +253,31 @@ class DataParallel:
                 with device_scope(f"{task}/cpu:0"):
                     return ckpt.restore(self.shard_path(task))[0]
             Session(trace(load), cluster=self.cluster).call()
+        self._resync()
         return int(self.global_step.numpy())
 
-    # ------------------------------------------------------------------ the loop
+    def _resync(self):
+        """Sync mode: accumulators take the global step (gradients tagged older are dropped from now on)
+        and leftover tokens go."""
+        if self.mode != "sync" or self.chief is None:
+            return
+        from dfc.runtime.session import Session
+
+        def resync():
+            step = self.global_step.read_value()
+            for acc in self.accumulators:
+                acc.set_global_step(step)
+            return step
+        Session(trace(resync), cluster=self.cluster).call()
+        self.drain_tokens()
+
+    def drain_tokens(self):
+        """Drop the tokens left in the sync queue (by an earlier run's last release or a failed step)."""
+        left = int(self.tokens.size())
+        if left:
+            self.tokens.dequeue_many(left)
+
     def run(self, shards, steps, batch_size=None, delays=None, on_step=None, restart_failed=False):
-        """Train for `steps` updates: every worker loops over minibatches of its shard on its own thread.
-
-        shards: one tuple of arrays per worker (its data); batch_size: rows per step (None: the whole
-        shard); delays: seconds each worker sleeps after each of its steps (to study stragglers);
-        on_step(worker_index, step_index, loss): called after each worker step. Returns {"losses": a list
-        of losses per worker, "worker_steps": steps each worker took, "updates": the global step,
-        "failed": {worker: why} for workers whose process died}. In sync mode `steps` counts the chief's
-        updates; in async mode each worker takes `steps` steps.
-
-        A worker whose process dies does not stop training: the others go on (in sync mode while at
-        least replicas_to_aggregate workers are left) and the result reports it; with
-        restart_failed=True the chief restarts its task (cluster.restart) and it rejoins where it was
-        (workers hold no state: the parameters live on the ps tasks). A dead ps task stops the run
-        with its DfcError.
-        """
-        if not self.sessions:
-            raise DfcError("call dp.compile(loss_fn, input_signature) before dp.run")
-        if len(shards) != len(self.workers):
-            raise DfcError(f"give one shard per worker: {len(self.workers)} workers, {len(shards)} shards")
-        delays = list(delays or [0.0] * len(self.workers))
-        losses = [[] for _ in self.workers]
-        if self.mode == "sync":      # tokens left over by an earlier run's last release
-            left = int(self.tokens.size())
-            if left:
-                self.tokens.dequeue_many(left)
-        errors, stop, failed = [], threading.Event(), {}
-
-        def work(k, i=0):
-            shard, s = shards[k], self.sessions[k]
-            rows = len(shard[0])
-            b = rows if batch_size is None else int(batch_size)
-            try:
-                while not stop.is_set() and (self.mode == "sync" or i < steps):
-                    lo = (i * b) % rows
-                    idx = np.arange(lo, lo + b) % rows
-                    loss = float(s.call(*[a[idx] for a in shard]))
-                    losses[k].append(loss)
-                    if on_step is not None:
-                        on_step(k, i, loss)
-                    i += 1
-                    if delays[k]:
-                        time.sleep(delays[k])
-            except DfcError as e:
-                worker = self.workers[k]
-                if f"task {worker} died" not in str(e):
-                    errors.append(e)
-                    stop.set()
-                    return
-                failed[worker] = e.message
-                if restart_failed and not stop.is_set():
-                    self.cluster.restart(worker)
-                    return work(k, i)
-                if self.mode == "sync" and len(self.workers) - len(failed) < self.m:
-                    errors.append(e)
-                    stop.set()
-            except Exception as e:   # noqa: BLE001 — raised in the caller's thread
-                errors.append(e)
-                stop.set()
-
-        threads = [threading.Thread(target=work, args=(k,), daemon=True, name=f"dfc-dp-{w}")
-                   for k, w in enumerate(self.workers)]
-        for t in threads:
-            t.start()
-        try:
-            if self.mode == "sync":
-                for _ in range(steps):
-                    if errors:
-                        break
-                    self.chief.call()
-            else:                        # async: every worker takes its `steps` steps
-                for t in threads:
-                    while t.is_alive():
-                        t.join(0.1)
-        finally:
-            stop.set()
-            if self.mode == "sync":      # let every waiting worker finish its last step
-                self.tokens.enqueue_many(np.zeros(len(self.workers) * 2, np.int64))
-            for t in threads:
-                t.join(120)
-        if errors:
-            raise errors[0]
-        moved = sum(s.wire_stats()["bytes_sent"] for s in self.sessions + ([self.chief] if self.chief else []))
-        return {"losses": losses, "worker_steps": [len(x) for x in losses], "updates": int(self.global_step.numpy()),
-                "failed": failed, "bytes_between_processes": moved}
+        """Train for `steps` updates; see dfc/compiler/data_parallel_run.py (`run`) for the details."""
+        from dfc.compiler.data_parallel_run import run
+        return run(self, shards, steps, batch_size, delays, on_step, restart_failed)

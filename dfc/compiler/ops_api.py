@@ -423,6 +423,12 @@ def print(*values, sep=" ", end="\n"):
     _b().make("Print", tensors, {"template": pieces})
 
 
+def timestamp():
+    """Seconds since the epoch (a float64 scalar) when the op runs, in program order (tf.timestamp):
+    for schedules inside the graph, e.g. doing something every t seconds."""
+    return _b().make1("Timestamp", (), {})
+
+
 def Assert(cond, data=None, message=""):
     """An in-graph assertion: when the graph runs (in program order, like TF's Assert in tf.function),
     a DfcAssertionError carrying `message` and the values of `data` unless every element of cond

@@ -26,7 +26,7 @@ _local = threading.local()
 
 # Ops whose order is the program order (automatic control dependencies).
 EFFECT_OPS = frozenset({"Print", "Assert", "Assign", "AssignAdd", "AssignSub", "ReadVariable", "Save",
-                        "Restore", "Progress", "SummaryScalar", "SummaryHistogram",
+                        "Restore", "Progress", "SummaryScalar", "SummaryHistogram", "Timestamp",
                         # queues and accumulators (dfc/compiler/queues.py)
                         "QueueEnqueue", "QueueEnqueueMany", "QueueDequeue", "QueueDequeueMany", "QueueSize",
                         "QueueClose", "AccumulatorApplyGradient", "AccumulatorTakeGradient",

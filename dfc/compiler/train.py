@@ -14,14 +14,22 @@ import numpy as np
 
 from dfc.compiler import ops_api
 from dfc.compiler.autodiff import gradients
+from dfc.compiler.tracing import Tensor, user_location
 from dfc.compiler.variables import Variable
+from dfc.errors import DfcError
 
 
 class Optimizer:
-    """Base class: `minimize` = `compute_gradients` + `apply_gradients`."""
+    """Base class: `minimize` = `compute_gradients` + `apply_gradients`.
+
+    learning_rate is a number, a scalar tensor, or a schedule: a function of the global step (an int64
+    tensor) returning the rate, e.g. `dfc.train.exponential_decay(0.5, 100, 0.9)`; a schedule needs
+    `global_step=` (a Variable or tensor) in minimize/apply_gradients, read when the update runs.
+    """
 
     def __init__(self, learning_rate):
         self.learning_rate = learning_rate
+        self._schedule = learning_rate if callable(learning_rate) else None
         self._slots = {}
 
     def compute_gradients(self, loss, var_list):
@@ -29,15 +37,32 @@ class Optimizer:
         var_list = list(var_list)
         return list(zip(gradients(loss, var_list), var_list))
 
-    def minimize(self, loss, var_list):
+    def minimize(self, loss, var_list, global_step=None):
         """Build the update of every variable in var_list from the gradient of loss; return the new values."""
-        return self.apply_gradients(self.compute_gradients(loss, var_list))
+        return self.apply_gradients(self.compute_gradients(loss, var_list), global_step=global_step)
 
-    def apply_gradients(self, grads_and_vars):
-        """Build one update per (gradient, variable) pair (pairs with a None gradient are skipped)."""
+    def apply_gradients(self, grads_and_vars, global_step=None):
+        """Build one update per (gradient, variable) pair (pairs with a None gradient are skipped).
+        global_step: the step a learning-rate schedule reads (required when there is one)."""
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
-        self._prepare(pairs)
-        return [self._apply(ops_api.cast(g, v.dtype), v) for g, v in pairs]
+        if self._schedule is not None:
+            if global_step is None:
+                raise DfcError("this optimizer's learning_rate is a schedule (a function of the step): pass "
+                               "global_step= (a Variable or tensor) to minimize / apply_gradients",
+                               loc=user_location())
+            step = global_step.read_value() if isinstance(global_step, Variable) else ops_api.convert(global_step)
+            self.learning_rate = self._schedule(step)
+        try:
+            self._prepare(pairs)
+            return [self._apply(ops_api.cast(g, v.dtype), v) for g, v in pairs]
+        finally:
+            if self._schedule is not None:
+                self.learning_rate = self._schedule
+
+    def _lr(self, dtype):
+        """The learning rate as a number or a tensor of `dtype` (a schedule's rate is a tensor)."""
+        lr = self.learning_rate
+        return ops_api.cast(lr, dtype) if isinstance(lr, Tensor) else lr
 
     def _prepare(self, pairs):
         pass
@@ -58,7 +83,7 @@ class SGD(Optimizer):
     """var -= learning_rate * grad."""
 
     def _apply(self, grad, var):
-        return var.assign_sub(self.learning_rate * grad)
+        return var.assign_sub(self._lr(var.dtype) * grad)
 
 
 class Momentum(Optimizer):
@@ -75,7 +100,7 @@ class Momentum(Optimizer):
         accum = self._slot(var, "momentum")
         a = accum.assign(self.momentum * accum.read_value() + grad)
         step = grad + self.momentum * a if self.nesterov else a
-        return var.assign_sub(self.learning_rate * step)
+        return var.assign_sub(self._lr(var.dtype) * step)
 
 
 class Adam(Optimizer):
@@ -93,9 +118,10 @@ class Adam(Optimizer):
 
     def _prepare(self, pairs):
         if self._step is None:
-            self._step = Variable(np.zeros((), np.float64), name="adam_step")
+            self._step = Variable(np.zeros((), np.float64), name="adam_step",
+                                  device=getattr(pairs[0][1], "device", None) if pairs else None)
         t = self._step.assign_add(np.float64(1.0))
-        self._lr_t = self.learning_rate * ops_api.sqrt(1 - ops_api.pow(self.beta2, t)) / \
+        self._lr_t = self._lr("float64") * ops_api.sqrt(1 - ops_api.pow(self.beta2, t)) / \
             (1 - ops_api.pow(self.beta1, t))
 
     def _apply(self, grad, var):
@@ -108,7 +134,19 @@ class Adam(Optimizer):
 
 GradientDescent = SGD
 
-__all__ = ["Optimizer", "SGD", "GradientDescent", "Momentum", "Adam"]
+
+def exponential_decay(learning_rate, decay_steps, decay_rate, staircase=False):
+    """A schedule (tf.train.exponential_decay): step -> learning_rate * decay_rate ** (step / decay_steps),
+    the exponent floored when `staircase`. Give it as an optimizer's learning_rate, with global_step."""
+    def schedule(step):
+        p = ops_api.cast(step, "float64") / float(decay_steps)
+        if staircase:
+            p = ops_api.floor(p)
+        return float(learning_rate) * ops_api.pow(float(decay_rate), p)
+    return schedule
+
+
+__all__ = ["Optimizer", "SGD", "GradientDescent", "Momentum", "Adam", "exponential_decay"]
 
 
 def __getattr__(name):

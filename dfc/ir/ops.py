@@ -681,6 +681,9 @@ def _print_infer(attrs, ins):
 
 # template: the strings printed between the inputs (len(inputs) + 1 pieces).
 register("Print", ("*values",), 0, {"template": ("strs", REQUIRED)}, _print_infer, stateful=True)
+# Seconds since the epoch (float64) when the op runs, like tf.timestamp: schedules inside the graph
+# (a ps task's "checkpoint every t seconds"); stateful, so it runs in program order and is never folded.
+register("Timestamp", (), 1, {}, lambda a, ins: [TType("float64", ())], stateful=True)
 register("Assert", ("cond", "*data"), 0, {"message": ("str", "")},
          lambda a, ins: _require("Assert", ins[0], ("bool",), "condition") or [], stateful=True)
 

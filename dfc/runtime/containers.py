@@ -276,7 +276,12 @@ class AccumulatorResource:
             return self.count
 
     def set_global_step(self, step):
+        """Gradients tagged older than `step` are stale from now on. Moving the step back (parameters
+        restored from an older checkpoint) also drops the gradients summed so far: they were computed
+        from parameters the restore undid."""
         with self.lock:
+            if int(step) < self.global_step:
+                self.sum, self.count = None, 0
             self.global_step = int(step)
 
     def _pump(self):

@@ -45,7 +45,8 @@ NUM_ACCELS = 8
 NUM_STRICT = 4           # dfc.runtime.strict.NUM_DEVICES
 DEFAULT_ACCEL_CAPACITY = 256 << 20
 # Ops whose kernels exist only on the host (they talk to files or stdout).
-HOST_ONLY_OPS = frozenset({"Print", "Save", "Restore", "Progress", "SummaryScalar", "SummaryHistogram"})
+HOST_ONLY_OPS = frozenset({"Print", "Save", "Restore", "Progress", "SummaryScalar", "SummaryHistogram",
+                           "Timestamp"})
 
 _NAME = re.compile(r"^/?(?:device:)?([A-Za-z]+)(?::(\d+))?$")
 # A task prefix: "worker:1/", or TensorFlow's "/job:worker/task:1/" ("/job:worker/" alone is task 0).

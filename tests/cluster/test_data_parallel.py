@@ -135,3 +135,99 @@ def test_bfloat16_wire_halves_the_bytes_a_training_step_moves():
         out = dp.run([data(11), data(12)], steps=3)
         moved[comp] = out["bytes_between_processes"]
     assert moved[None] > 0 and moved["bfloat16"] <= 0.6 * moved[None]
+
+
+def single_process_sgd(shards, steps, lr):
+    """The same `steps` steps in one process on the concatenated batch (what sync with m = n must equal)."""
+    x = np.concatenate([s[0] for s in shards])
+    y = np.concatenate([s[1] for s in shards])
+    w1, b1 = dfc.Variable(np.zeros(4, np.float32)), dfc.Variable(np.float32(0))
+    gs = dfc.Variable(np.int64(0))
+    opt = dfc.train.SGD(lr)
+
+    @dfc.function
+    def step(x, y):
+        loss = dfc.reduce_mean(dfc.square(dfc.reduce_sum(x * w1.read_value(), axis=1) + b1.read_value() - y))
+        opt.minimize(loss, [w1, b1], global_step=gs)
+        gs.assign_add(np.int64(1))
+        return loss
+    for _ in range(steps):
+        step(x, y)
+    return w1.numpy(), b1.numpy()
+
+
+def test_in_graph_sync_loop_with_a_schedule_equals_sgd_on_the_concatenated_batch():
+    c = cluster()
+    lr = dfc.train.exponential_decay(0.08, 2, 0.5, staircase=True)     # reads dp.global_step
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(lr), mode="sync", name="dpgraphsync")
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y], loop="graph")
+    shards = [data(21), data(22)]
+    out = dp.run(shards, steps=5)
+    assert out["updates"] == 5 and all(s >= 5 for s in out["worker_steps"])
+    w1, b1 = single_process_sgd(shards, 5, dfc.train.exponential_decay(0.08, 2, 0.5, staircase=True))
+    np.testing.assert_allclose(w.numpy(), w1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b.numpy(), b1, rtol=1e-5, atol=1e-6)
+    out = dp.run(shards, steps=3)                  # a second run goes on from the global step
+    assert out["updates"] == 8
+
+
+def test_in_graph_async_loop_trains_and_slices_minibatches_in_the_graph():
+    c = cluster()
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="async", name="dpgraphasync")
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y], loop="graph")
+    out = dp.run([data(23, 64), data(24, 64)], steps=60, batch_size=16)
+    assert out["worker_steps"] == [60, 60] and out["updates"] == 120
+    assert out["losses"][0][-1] < 0.05 * out["losses"][0][0]
+    np.testing.assert_allclose(w.numpy(), [1.0, -2.0, 0.5, 3.0], atol=0.05)
+    with pytest.raises(dfc.DfcError, match="loop='python'"):
+        dp.run([data(23, 64), data(24, 64)], steps=2, delays=[0, 0.1])
+
+
+def test_a_killed_ps_stops_the_run_naming_it_or_is_restored_from_its_newest_shard():
+    import os
+    import signal
+    c = cluster()
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="sync", checkpoint_every=3, name="dppskill")
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y])
+    shards = [data(25, 64), data(26, 64)]
+    killed = []
+
+    def kill_ps_at(step):
+        def on_step(k, i, _loss):
+            if k == 0 and i == step and not killed:
+                killed.append(c.pid("ps:0"))
+                os.kill(killed[-1], signal.SIGKILL)
+        return on_step
+    with pytest.raises(dfc.DfcError, match="ps:0"):
+        dp.run(shards, steps=40, batch_size=16, on_step=kill_ps_at(7))
+    c.restart("ps:0")
+    assert dp.restore() in (3, 6)                  # the newest shard before the kill
+    killed.clear()
+    before = dp.global_step.numpy()
+    out = dp.run(shards, steps=30, batch_size=16, on_step=kill_ps_at(10), restart_failed=True)
+    assert [e["task"] for e in out["recovered"]] == ["ps:0"] and c.pid("ps:0") != killed[0]
+    restored = out["recovered"][0]["restored_step"]
+    assert restored % 3 == 0 and before < restored <= before + 12
+    assert out["updates"] == before + 30           # lost updates were made again: the target is reached
+    np.testing.assert_allclose(w.numpy(), [1.0, -2.0, 0.5, 3.0], atol=0.1)
+
+
+def test_ps_tasks_save_every_t_seconds_on_their_own_clock():
+    import time
+    c = cluster()
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="async", checkpoint_secs=0.3, name="dpsecs")
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y])
+    t0 = time.time()
+    dp.run([data(27), data(28)], steps=12, delays=[0.05, 0.05])
+    took = time.time() - t0
+    saved = dp._ps_clock["ps:0"][1].numpy()          # when ps:0 last saved (its own timestamp)
+    assert t0 <= saved <= time.time()
+    c.restart("ps:0")
+    step = dp.restore()
+    # the first update saves (no save yet), then at most one save per 0.3 s: the shard is not the last step
+    # unless the run was short
+    assert 1 <= step <= 24 and (step < 24 or took < 0.6)

@@ -100,3 +100,58 @@ def test_lstm_sample_trains_in_python_and_via_the_cli(tmp_path):
                           "--input", f"ys=@{tmp_path / 'ys.npy'}", "--input", "steps=50", "--json", cwd=tmp_path)
     cli_losses = np.array(json.loads(out)["outputs"][0])
     np.testing.assert_allclose(cli_losses, losses, rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["sgd", "momentum", "adam"])
+def test_a_learning_rate_schedule_reads_the_global_step(name):
+    """exponential_decay(0.1, 2, 0.5, staircase) halves the rate every 2 steps; compared with numpy."""
+    w, b = dfc.Variable(np.zeros(3)), dfc.Variable(0.0)
+    step = dfc.Variable(np.int64(0))
+    opt = {"sgd": dfc.train.SGD, "momentum": lambda lr: dfc.train.Momentum(lr, 0.9),
+           "adam": dfc.train.Adam}[name](dfc.train.exponential_decay(0.1, 2, 0.5, staircase=True))
+
+    @dfc.function
+    def train(x, y):
+        opt.minimize(_loss(x, y, w, b), [w, b], global_step=step)
+        step.assign_add(np.int64(1))
+    wn, bn, m, v = np.zeros(3), 0.0, [0.0, 0.0], [0.0, 0.0]
+    for t in range(5):
+        train(X, Y)
+        lr = 0.1 * 0.5 ** (t // 2)
+        r = X @ wn + bn - Y
+        g = [2 * X.T @ r / len(Y), 2 * np.mean(r)]
+        if name == "sgd":
+            d = g
+        elif name == "momentum":
+            m = [0.9 * m[k] + g[k] for k in range(2)]
+            d = m
+        else:
+            m = [0.9 * m[k] + 0.1 * g[k] for k in range(2)]
+            v = [0.999 * v[k] + 0.001 * g[k] ** 2 for k in range(2)]
+            lr *= np.sqrt(1 - 0.999 ** (t + 1)) / (1 - 0.9 ** (t + 1))
+            d = [m[k] / (np.sqrt(v[k]) + 1e-8) for k in range(2)]
+        wn, bn = wn - lr * d[0], bn - lr * d[1]
+    np.testing.assert_allclose(w.numpy(), wn, rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), bn, rtol=1e-6)
+
+
+def test_a_schedule_without_a_global_step_is_an_error_at_the_users_line():
+    w = dfc.Variable(1.0)
+    opt = dfc.train.SGD(dfc.train.exponential_decay(0.1, 10, 0.9))
+
+    def step():
+        opt.minimize(w.read_value() ** 2, [w])
+    with pytest.raises(dfc.DfcError, match=r"test_grad_train.py:\d+: .*pass global_step="):
+        dfc.trace(step)
+
+
+def test_timestamp_runs_in_program_order():
+    import time
+
+    def f(x):
+        t0 = dfc.timestamp()
+        y = dfc.reduce_sum(x * x)
+        return t0, y, dfc.timestamp()
+    before = time.time()
+    t0, y, t1 = dfc.Session(dfc.trace(f, dfc.TensorSpec([3], "float64"))).call(np.ones(3))
+    assert before <= float(t0) <= float(t1) <= time.time() and float(y) == 3.0 and t0.dtype == np.float64

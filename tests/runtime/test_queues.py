@@ -327,6 +327,11 @@ def test_accumulator_averages_drops_stale_gradients_and_counts_steps(mode):
     acc.set_global_step(5)
     apply.call(np.array([9.0, 9.0], np.float32), 4)          # stale now
     assert int(acc.num_accumulated()) == 1
+    acc.set_global_step(3)      # moved back (parameters restored from an older shard): the sum is dropped
+    assert int(acc.num_accumulated()) == 0
+    apply.call(np.array([4.0, 6.0], np.float32), 3)
+    take = dfc.Session(dfc.trace(lambda: acc.take_grad(1)), mode=mode)
+    np.testing.assert_allclose(take.call(), [4.0, 6.0])
 
 
 @pytest.mark.parametrize("mode", ["reference", "inline", "partition"])

@@ -343,7 +343,7 @@ NOT_DIFFERENTIABLE = frozenset("""
     Const Placeholder Range RandomUniform RandomNormal Shape Size Rank LoopCond NoOp Print Assert
     VarHandle Assign AssignAdd AssignSub StackV2 StackPush StackPop
     TensorArray TensorArraySize TensorArrayGrad Save Restore Send Recv
-    Progress SummaryScalar SummaryHistogram
+    Progress SummaryScalar SummaryHistogram Timestamp
     QueueHandle QueueEnqueue QueueEnqueueMany QueueDequeue QueueDequeueMany QueueSize QueueClose
     AccumulatorHandle AccumulatorApplyGradient AccumulatorTakeGradient AccumulatorNumAccumulated
     AccumulatorSetGlobalStep

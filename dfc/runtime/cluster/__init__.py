@@ -14,7 +14,7 @@ one-process dfc never needs it.
 import contextvars
 import threading
 
-from dfc.errors import DfcError
+from dfc.errors import DfcError, DfcRuntimeError
 
 _current = contextvars.ContextVar("dfc_cluster", default=None)
 _connected = []         # clusters connected in this process and not shut down, oldest first
@@ -105,7 +105,15 @@ class Cluster:
         self.generation[name] = self.generation.get(name, 0) + 1
 
     def _connect_all(self):
-        _ray().get([h.connect.remote(self.handles) for h in self.handles.values()])
+        """Tell every task the others' handles (again after a restart). A task that is dead itself is
+        left out: its own restart connects it."""
+        refs = {task: h.connect.remote(self.handles) for task, h in self.handles.items()}
+        for task, ref in refs.items():
+            try:
+                _ray().get(ref)
+            except Exception as e:   # noqa: BLE001 — Ray's actor errors
+                if type(e).__name__ not in ("ActorDiedError", "ActorUnavailableError", "RayActorError"):
+                    raise
 
     @property
     def tasks(self):
@@ -117,9 +125,24 @@ class Cluster:
             raise DfcError(f"the cluster has no task {task!r} (tasks: {', '.join(self.task_names)})")
         return h
 
+    def ask(self, task, method, *args):
+        """ray.get of the actor method `method` of `task`; a dead task is a DfcRuntimeError naming it."""
+        h = self.handle(task)
+        try:
+            return _ray().get(getattr(h, method).remote(*args))
+        except DfcError:
+            raise
+        except Exception as e:   # noqa: BLE001 — Ray's actor errors
+            if type(e).__name__ in ("ActorDiedError", "ActorUnavailableError", "RayActorError"):
+                text = str(e).strip().splitlines()
+                raise DfcRuntimeError(f"task {task} died ({type(e).__name__}: "
+                                      f"{text[0] if text else 'actor died'}); restart it with "
+                                      f"cluster.restart({task!r})") from None
+            raise
+
     def pid(self, task):
         """The OS process id of a task's actor."""
-        return _ray().get(self.handle(task).ping.remote())["pid"]
+        return self.ask(task, "ping")["pid"]
 
     def restart(self, task):
         """Replace a (dead or alive) task's actor with a fresh process. Its Variables start from their
@@ -150,19 +173,19 @@ class Cluster:
         have = self.loaded[task]
         missing = [(h, text) for h, text in graphs if h not in have]
         if missing:
-            ray = _ray()
-            ray.get([self.handle(task).load.remote(h, text) for h, text in missing])
+            for h, text in missing:
+                self.ask(task, "load", h, text)
             have.update(h for h, _ in missing)
 
     def read_variable(self, task, shared_name, container=""):
-        return _ray().get(self.handle(task).read_variable.remote(container, shared_name))
+        return self.ask(task, "read_variable", container, shared_name)
 
     def update_variable(self, task, shared_name, value, op, init, container=""):
-        return _ray().get(self.handle(task).update_variable.remote(container, shared_name, value, op, init))
+        return self.ask(task, "update_variable", container, shared_name, value, op, init)
 
     def variables(self, task, container=""):
         """shared name -> value of the Variables in a task's container."""
-        return _ray().get(self.handle(task).variables.remote(container))
+        return self.ask(task, "variables", container)
 
     def shutdown(self):
         """Stop the tasks (and the local Ray this cluster started)."""
