@@ -287,8 +287,9 @@ def test_switch_off_and_cpu_devices_give_the_same_values(monkeypatch):
 
 
 def test_an_lstm_training_step_is_exact_with_far_fewer_launches(monkeypatch):
-    """Forward cell (gates, c, h) and its gradient loop: one matmul-free elementwise kernel each side
-    instead of dozens of launches; loss and gradient equal the reference interpreter's."""
+    """The forward cell's elementwise ops (gates, c, h) are one kernel whose outputs include the gate values
+    the gradient loop pops; the gradient loop's elementwise ops are fused too; loss and gradients equal the
+    reference interpreter's."""
     H, B, T = 8, 4, 6
 
     def f(xs, w, h0):
@@ -306,3 +307,7 @@ def test_an_lstm_training_step_is_exact_with_far_fewer_launches(monkeypatch):
             rng.normal(size=(B, H)).astype(np.float32))
     fused, plain = _check(g, args, monkeypatch)
     assert fused[1] * 2 < plain[1]
+    cell = [c for c in fused[3] if "grad" not in c.plan.frame_names[c.plan.fid[c.members[0]]]]
+    assert len(cell) == 1 and sorted(c.plan.nodes[i].op for c in cell for i in c.members).count("Sigmoid") == 3
+    assert any(cell[0].plan.nodes[d].op == "StackPush" for o in cell[0].outputs
+               for d, _ in cell[0].plan.out_edges[o][0])
