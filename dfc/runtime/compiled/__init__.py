@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 
+from dfc.runtime.compiled.resources import Resources, arg as _arg
 from dfc.runtime.values import DEAD
 
 _stats_lock = threading.Lock()
@@ -64,12 +65,14 @@ class CompiledFrame:
         self.name = prog.plan.frame_names[prog.fid]
         self.consts = tuple(src.consts)
         self._in = [(None, None) if t.dtype == "resource" else (np.dtype(t.dtype), t.ndim) for t in src.enter_types]
-        self._stacks = {k: (use, np.dtype(t.dtype), t.ndim) for k, (use, t) in src.stacks.items()}
+        self._res = Resources(src, self.name)
         self._out = [np.dtype(t.dtype).type for t in src.exit_types]
         self._run = None
         self._lp = None
         self._lock = threading.Lock()
         self.compile_seconds = {}     # argument type signature -> seconds (compile or cache load)
+        self.runs = {"compiled": 0, "fused": 0}     # how its runs went (fused: not compiled yet, values
+        #                                             it cannot take, or a replay to raise an error)
 
     def _function(self):
         if self._run is None:
@@ -87,25 +90,21 @@ class CompiledFrame:
     def fn(self, ctx, kern, vals, tag):
         """Run the frame: compiled when its Enter values fit, else (or to report an error) fused."""
         if ctx.abort is not None:
-            return self.prog.fn(ctx, kern, vals, tag)
+            return self._fused(ctx, kern, vals, tag)
         if not self._compiled_once and not self._worth_compiling():
             t0 = time.perf_counter()
             try:
-                return self.prog.fn(ctx, kern, vals, tag)
+                return self._fused(ctx, kern, vals, tag)
             finally:
                 self.fused_seconds += time.perf_counter() - t0
-        args, lists = [], {}
+        res_args = self._res.args(vals) if self._res.uses else {}
+        if res_args is None:
+            return self._fused(ctx, kern, vals, tag)
+        args = []
         for k, (v, (dtype, ndim)) in enumerate(zip(vals, self._in)):
-            if k in self._stacks:
-                lst = self._stack_in(v, *self._stacks[k])
-                if lst is None:
-                    return self.prog.fn(ctx, kern, vals, tag)
-                lists[k] = lst
-                args.append(lst)
-                continue
-            a = _arg(v, dtype, ndim)
+            a = res_args[k] if k in res_args else _arg(v, dtype, ndim)
             if a is None:
-                return self.prog.fn(ctx, kern, vals, tag)
+                return self._fused(ctx, kern, vals, tag)
             args.append(a)
         run = self._function()
         try:
@@ -115,14 +114,12 @@ class CompiledFrame:
             if len(run.signatures) != n_sigs:
                 self._record(run, time.perf_counter() - t0, args)
             self._compiled_once = True
+            apply = self._res.effects(vals, res_args, tag) if res_args else None
         except Exception:   # noqa: BLE001 — the fused path replays the frame and names the failing node
-            return self.prog.fn(ctx, kern, vals, tag)
-        for k, lst in lists.items():       # the compiled code succeeded: its stack effects happen now
-            use, dtype, ndim = self._stacks[k]
-            if use == "push":
-                vals[k].extend(lst if ndim else [dtype.type(x) for x in lst])
-            else:
-                del vals[k][len(lst):]
+            return self._fused(ctx, kern, vals, tag)
+        self.runs["compiled"] += 1
+        if apply is not None:
+            apply()         # the compiled code succeeded: its effects on stacks, TensorArrays, Variables
         n = len(self._out)
         res = []
         for k in range(n):
@@ -138,6 +135,10 @@ class CompiledFrame:
                 res.append(self._out[k](x))
         return res
 
+    def _fused(self, ctx, kern, vals, tag):
+        self.runs["fused"] += 1
+        return self.prog.fn(ctx, kern, vals, tag)
+
     def _worth_compiling(self):
         from dfc.runtime.compiled import cache
         if cache.is_cached(self.source):
@@ -146,45 +147,16 @@ class CompiledFrame:
             return False
         return _budget["left"] > 0
 
-    def _stack_in(self, stack, use, dtype, ndim):
-        """A numba typed List for the Python Stack `stack` (its elements for a popping frame), or None when
-        an element has another type than the compiled code expects."""
-        from numba import typed, types
-        from numba.np.numpy_support import from_dtype
-        if not isinstance(stack, list):
-            return None
-        t = from_dtype(dtype) if ndim == 0 else types.Array(from_dtype(dtype), ndim, "C")
-        lst = typed.List.empty_list(t)
-        if use == "pop" and stack:
-            items = [_arg(v, dtype, ndim) for v in stack]
-            if any(x is None for x in items):
-                return None
-            for x in items:         # (extend from a Python list would go through numba's reflected lists)
-                lst.append(x)
-        return lst
-
     def _record(self, run, seconds, args):
         cached = bool(sum(run.stats.cache_hits.values())) if hasattr(run, "stats") else False
         sig = ", ".join(f"{a.dtype}{list(a.shape) if isinstance(a, np.ndarray) else '[]'}" if hasattr(a, "dtype")
-                        else "stack" for a in args)
+                        else "resource" for a in args)
         self.compile_seconds[sig] = seconds
         with _stats_lock:
             if not cached:
                 _budget["left"] -= seconds
             _STATS.append({"frame": self.name, "key": self.key, "seconds": seconds, "cached": cached,
                            "types": sig})
-
-
-def _arg(v, dtype, ndim):
-    """v as compiled code takes a value of this dtype and rank (a numpy scalar for rank 0, else a writable
-    C-contiguous array), or None if v is dead or of another type."""
-    if v is DEAD or getattr(v, "dtype", None) != dtype or getattr(v, "ndim", -1) != ndim:
-        return None
-    if ndim == 0:
-        return v[()]
-    if not (v.flags.c_contiguous and v.flags.writeable):
-        return np.array(v, order="C")
-    return v
 
 
 def compile_programs(plan, programs, blocked=None, policy=True):

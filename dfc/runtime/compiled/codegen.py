@@ -12,6 +12,18 @@ from dfc.runtime.fused import ENTER, EXIT, MERGE, NEXT, SWITCH, FrameProgram
 from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type
 
 _DTYPES = ("float32", "float64", "int32", "int64", "bool")
+# Resource handles a frame can take, and what compiled code gets for each (dfc/runtime/compiled/__init__.py
+# builds it from the Python object and applies its effects after the compiled code succeeded):
+#   "push" / "pop": a gradient stack, a typed List of its elements (only pushed, or only popped);
+#   "ta_write": a TensorArray the frame only writes: a log (typed List of int64: writer, index and the
+#       iteration counters of the writer's frames; typed List of values), written to the store afterwards;
+#   "ta_read": a TensorArray the frame only reads: (typed List of its elements, bool array: element can
+#       be read, its size);
+#   "var" / "var_rw": a Variable the frame reads (and assigns): a typed List holding its value.
+RESOURCE_USES = ("push", "pop", "ta_write", "ta_read", "var", "var_rw")
+_USE_OF = {"StackPush": "push", "StackPop": "pop", "TensorArrayWrite": "ta_write", "TensorArrayRead": "ta_read",
+           "TensorArraySize": "ta_read", "ReadVariable": "var", "Assign": "var", "AssignAdd": "var",
+           "AssignSub": "var"}
 
 
 class Blocked(Exception):
@@ -29,6 +41,7 @@ class Analyses(FrameProgram):
 
     def __init__(self, plan, fid, index):      # noqa: D107 — deliberately not FrameProgram.__init__
         self.plan, self.fid, self.index = plan, fid, index
+        self.traced = False
         self.lines, self.helpers, self._counter = [], {}, 0
         self.by_fid = {}
         self._emit_frame(fid, "run", 0)
@@ -104,6 +117,7 @@ class FrameSource:
         self.lines, self.loops, self.consts = [], [], []
         self._n = 0
         self.flagged = set()           # (node, port) values that carry a dead flag
+        self.lift_dummies = {}         # gradient lift Merge -> its dummy Const inputs (see _lifted)
         self.exits_may_die = {}        # fid -> whether its Exits may be dead
         from dfc.runtime.fused import NotFusable
         try:
@@ -117,8 +131,11 @@ class FrameSource:
         for e, t in zip(a.exits, self.exit_types):
             if t.dtype == "resource":
                 raise Blocked(p.nodes[e].name, "a resource handle leaves the frame")
-        # stacks: Enter position -> ("push" | "pop", element Type)
-        self.stacks = {k: self._stack_use(e) for k, e in enumerate(a.enters) if self.enter_types[k].dtype == "resource"}
+        # resources: Enter position -> (use, element Type); see RESOURCE_USES
+        self.ta_writers = []          # TensorArrayWrite nodes: (name, fids of the frames from this one to it)
+        self.frame_chain = []
+        self.resources = {k: self._resource_use(e) for k, e in enumerate(a.enters)
+                          if self.enter_types[k].dtype == "resource"}
         params = [f"e{k}" for k in range(len(a.enters))]
         ind = "    "
         self._frame(a, ind, params)
@@ -131,9 +148,9 @@ class FrameSource:
                 f"def run({''.join(x + ', ' for x in params)}K, LP):"]
         self.source = "\n".join(head + body + [f"    return ({''.join(o + ', ' for o in outs)})", ""])
 
-    def _stack_use(self, enter):
-        """How the frame uses the stack handle entering at `enter`: only pushes or only pops, through
-        nested-frame Enters and cond Switches."""
+    def _resource_use(self, enter):
+        """How the frame uses the resource handle entering at `enter` (through nested-frame Enters and cond
+        Switches): (use, element Type) with use one of RESOURCE_USES; one kind of use per handle."""
         p = self.plan
         uses, todo, seen = set(), [enter], set()
         while todo:
@@ -146,22 +163,34 @@ class FrameSource:
                     op = p.nodes[dst].op
                     if p.kind[dst] in (SWITCH, ENTER) and slot == 0:
                         todo.append(dst)
-                    elif op in ("StackPush", "StackPop") and slot == 0:
+                    elif slot == 0 and op in _USE_OF:
                         uses.add((op, dst))
                     else:
-                        raise Blocked(p.nodes[dst].name, f"{op} takes a resource handle (only stacks are lowered)")
-        ops = {op for op, _ in uses}
-        if len(ops) != 1:
-            raise Blocked(p.nodes[enter].name, "a stack both pushed and popped in one frame" if ops else
-                          "a resource handle no stack op uses")
+                        raise Blocked(p.nodes[dst].name, f"{op} takes a resource handle (lowered: stacks, "
+                                      "TensorArray writes or reads, Variable reads and assigns)")
+        kinds = {_USE_OF[op] for op, _ in uses}
+        if len(kinds) != 1:
+            raise Blocked(p.nodes[enter].name, f"a resource used as {' and '.join(sorted(kinds))} in one frame"
+                          if kinds else "a resource handle no lowered op uses")
+        use = kinds.pop()
         ts = {}
         for op, i in uses:
-            t = self._type(p.ins[i][1][0], p.ins[i][1][1], "pushed value") if op == "StackPush" else \
-                self._type(i, 0, "popped value")
+            if op in ("StackPush", "TensorArrayWrite", "Assign", "AssignAdd", "AssignSub"):
+                slot = {"StackPush": 1, "TensorArrayWrite": 2}.get(op, 1)
+                t = self._type(p.ins[i][slot][0], p.ins[i][slot][1], "stored value")
+            elif op == "TensorArraySize":
+                continue
+            else:
+                t = self._type(i, 0, "read value")
             ts[(t.dtype, t.ndim)] = t
+        if use == "var" and not any(op == "ReadVariable" for op, _ in uses):
+            raise Blocked(p.nodes[enter].name, "a Variable the frame assigns without reading")
         if len(ts) != 1:
-            raise Blocked(p.nodes[enter].name, "a stack of values of different types")
-        return ("push" if ops == {"StackPush"} else "pop", ts.popitem()[1])
+            raise Blocked(p.nodes[enter].name, "a resource holding values of different types" if ts else
+                          "a TensorArray whose size alone the frame reads")
+        if use == "var":
+            use = "var_rw" if any(op != "ReadVariable" for op, _ in uses) else "var"
+        return use, ts.popitem()[1]
 
     def fresh(self, base):
         self._n += 1
@@ -170,10 +199,42 @@ class FrameSource:
     def _type(self, i, port, what):
         n = self.plan.nodes[i]
         ts = self.types.get(n.name)
+        if port == 0 and self.plan.kind[i] == MERGE and ts is not None and ts[0].shape is None:
+            lifted = self._lifted(i)
+            if lifted is not None:
+                return lifted
+        if port == 0 and n.op == "StackPush" and ts is not None and ts[0].shape is None:
+            return self._type(*self.plan.ins[i][1], what)     # its output is the pushed value
         try:
             return Type(ts[port] if ts is not None and port < len(ts) else None, f"{what} {n.name} output {port}")
         except Unsupported as e:
             raise Blocked(n.name, str(e)) from None
+
+    def _lifted(self, i):
+        """The Type of a gradient lift Merge (dfc/compiler/autodiff/gradients.py `lift`): a value computed in
+        one cond branch merged with a scalar zero Const from the other, only to be pushed for the gradient
+        (whose cond reads it only in that branch). Its inferred rank is unknown; compiled code gives it the
+        value's type and a placeholder of that type where the dummy is taken. None if i is no such Merge."""
+        p = self.plan
+        if any(p.nodes[d].op != "StackPush" or slot != 1 for d, slot in p.out_edges[i][0]) or \
+                any(p.out_edges[i][1:]):
+            return None
+        real, dummies = set(), []
+        for s, port in p.ins[i]:
+            n = p.nodes[s]
+            t = self.types.get(n.name)[port]
+            if n.op == "Const" and t.shape == ():
+                dummies.append((s, t.dtype))
+            elif t.shape is None or t.dtype not in _DTYPES:
+                return None
+            else:
+                real.add((t.dtype, len(t.shape)))
+        if len(real) != 1 or not dummies or any(d != next(iter(real))[0] for _, d in dummies):
+            return None
+        t = self.types.get(p.nodes[[s for s, _ in p.ins[i] if s not in dict(dummies)][0]].name)
+        t = Type(t[[port for s, port in p.ins[i] if s not in dict(dummies)][0]], "lift")
+        self.lift_dummies.setdefault(i, {s for s, _ in dummies})
+        return t
 
     # ------------------------------------------------------------ references
     def ref(self, sp, a):
@@ -210,8 +271,10 @@ class FrameSource:
         for k, m in enumerate(exit_merge):
             w(ind, f"x{a.fid}_{k} = v{m}_0")
             w(ind, f"dx{a.fid}_{k} = False")
+        w(ind, f"it{a.fid} = np.int64(0)")       # the iteration (the fused path's tag), for TensorArray writes
         w(ind, "while True:")
         ind2 = ind + "    "
+        self.frame_chain.append(a.fid)
         for it in a.order:
             if it not in a.body:
                 self._item(it, a, ind2)
@@ -244,6 +307,8 @@ class FrameSource:
             nexts.append(self.ref(sp, a))
         if a.merges:
             w(ind2, f"{''.join(f'v{m}_0, ' for m in a.merges)}= {''.join(x + ', ' for x in nexts)}")
+        w(ind2, f"it{a.fid} += 1")
+        self.frame_chain.pop()
 
     def _item(self, it, a, ind):
         try:
@@ -293,7 +358,11 @@ class FrameSource:
             return
         if kind == MERGE:
             t = self._type(i, 0, "Merge")
+            dummies = self.lift_dummies.get(i, ())
+            args = [t.default() if sp[0] in dummies else arg for sp, arg in zip(p.ins[i], args)]
             for k, sp in enumerate(p.ins[i]):
+                if sp[0] in dummies:
+                    continue
                 ti = self._type(sp[0], sp[1], "Merge input")
                 if (ti.dtype, ti.ndim) != (t.dtype, t.ndim):
                     raise Blocked(node.name, "Merge inputs of different types")

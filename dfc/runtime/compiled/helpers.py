@@ -140,3 +140,56 @@ def int_mod(a, b):
     if b == -1:
         return a - a
     return a % b
+
+
+@njit(cache=True, nogil=True)
+def sum_to_shape(LP, kr, kb, x, shape, ident):
+    """array_kernels.sum_to_shape, flat: x summed over its leading axes, then (keeping them) over the
+    axes where `shape` has 1 and x has not, each as numpy sums (reduce3's order). The second sum must
+    cover one contiguous run of axes (numpy coalesces them into one); other cases raise, and the fused
+    path computes them."""
+    r = shape.size
+    lead = x.ndim - r
+    if lead < 0:
+        raise ValueError("sum_to_shape: the target has more dimensions")
+    n = 1
+    for j in range(lead):
+        n *= x.shape[j]
+    dims = np.empty(r, np.int64)
+    post = 1
+    for j in range(r):
+        dims[j] = x.shape[lead + j]
+        post *= dims[j]
+    y = x.reshape(x.size)
+    if lead:
+        y = reduce3(LP, kr, kb, x, 1, n, post, False, ident)
+    a, b = -1, -1
+    for j in range(r):
+        if shape[j] == 1 and dims[j] != 1:
+            if a < 0:
+                a = j
+            elif b != j - 1:
+                raise ValueError("sum_to_shape: axes that are not one run")
+            b = j
+        elif shape[j] != dims[j]:
+            raise ValueError("sum_to_shape: shapes do not match")
+    if a < 0:
+        return y
+    pre, nn, post2 = 1, 1, 1
+    for j in range(r):
+        if j < a:
+            pre *= dims[j]
+        elif j <= b:
+            nn *= dims[j]
+        else:
+            post2 *= dims[j]
+    return reduce3(LP, kr, kb, y, pre, nn, post2, False, ident)
+
+
+@njit(cache=True, nogil=True)
+def ta_read(items, ok, i):
+    """Element i of a TensorArray the frame reads (items: its elements, ok: which can be read); any other
+    index raises, and the fused path reads it (or names the node in its error)."""
+    if i < 0 or i >= len(items) or not ok[i]:
+        raise IndexError("TensorArray element the compiled frame does not hold")
+    return items[i]

@@ -84,28 +84,165 @@ def _expand(e):
     return [f"{x}.reshape(({''.join(d + ', ' for d in dims)}))"]
 
 
-@lowering("GetItem")
-def _getitem(e):
-    """x[i], x[a:b:c] with indices known in the graph (no tensors): bounds checked as numpy does."""
-    spec = e.node.attrs["spec"]
-    t = e.ins[0]
-    if len(e.args) != 1 or any(item[0] not in ("int", "slice") for item in spec) or len(spec) > t.ndim:
-        raise Unsupported("indexing with tensors, newaxis or ellipsis is not lowered")
-    x = e.args[0]
+def _index(e, spec, x, ndim, dyn):
+    """numba index expressions for a GetItem/GetItemGrad spec on x (rank ndim): ints (static or a tensor,
+    bounds-checked and wrapped as numpy does) and slices (static or tensor bounds)."""
+    if any(item[0] not in ("int", "slice") for item in spec) or len(spec) > ndim:
+        raise Unsupported("indexing with index arrays, newaxis or ellipsis is not lowered")
+
+    def part(p):
+        if p is None:
+            return ""
+        if isinstance(p, dict):
+            if e.ins[dyn + p["t"]].ndim != 0:
+                raise Unsupported("a slice bound that is not one integer")
+            return f"np.int64({e.args[dyn + p['t']]})"
+        return str(p)
     parts = []
     for axis, item in enumerate(spec):
         if item[0] == "int":
-            if not isinstance(item[1], int):
-                raise Unsupported("a tensor index")
-            parts.append(f"H.check_index({item[1]}, {x}.shape[{axis}])")
+            parts.append(f"H.check_index({part(item[1])}, {x}.shape[{axis}])")
         else:
-            if any(not (p is None or isinstance(p, int)) for p in item[1:]):
-                raise Unsupported("a tensor in a slice")
-            parts.append(":".join("" if p is None else str(p) for p in item[1:]))
-    r = f"{x}[{', '.join(parts)}{',' if len(parts) == 1 else ''}]"
+            parts.append(":".join(part(p) for p in item[1:]))
+    return f"{', '.join(parts)}{',' if len(parts) == 1 else ''}"
+
+
+@lowering("GetItem")
+def _getitem(e):
+    """x[i], x[a:b:c] with ints and slice bounds known in the graph or scalar integer tensors."""
+    x = e.args[0]
+    r = f"{x}[{_index(e, e.node.attrs['spec'], x, e.ins[0].ndim, 1)}]"
     if e.outs[0].ndim == 0:
         return [r]
     return [f"np.ascontiguousarray({r})"]
+
+
+def _dims(s, ndim):
+    """A shape tuple expression of static length ndim from the 1-D int64 tensor expression s."""
+    return "(" + "".join(f"{s}[{j}], " for j in range(ndim)) + ")"
+
+
+def _check_shape(e, s, ndim, what):
+    e.stmt(f"if {s}.size != {ndim}: raise ValueError('{what}: shape of another rank')")
+
+
+@lowering("GetItemGrad")
+def _getitem_grad(e):
+    """zeros of `shape` with the gradient set at the (basic) indexed positions, each selected at most once."""
+    g, s = e.args[0], e.args[1]
+    out = e.outs[0]
+    if out.ndim == 0 or e.ins[1].ndim != 1:
+        raise Unsupported("GetItemGrad of a scalar")
+    _check_shape(e, s, out.ndim, "GetItemGrad")
+    z = e.tmp()
+    e.stmt(f"{z} = np.zeros({_dims(s, out.ndim)}, {st(out.dtype)})")
+    e.stmt(f"{z}[{_index(e, e.node.attrs['spec'], z, out.ndim, 2)}] = {g}")
+    return [z]
+
+
+@lowering("Fill")
+def _fill(e):
+    s, v = e.args
+    out = e.outs[0]
+    if e.ins[1].ndim != 0 or e.ins[0].ndim != 1:
+        raise Unsupported("Fill with a value that is not a scalar")
+    if out.ndim == 0:
+        e.stmt(f"if {s}.size != 0: raise ValueError('Fill: shape of another rank')")
+        return [v]
+    _check_shape(e, s, out.ndim, "Fill")
+    return [f"np.full({_dims(s, out.ndim)}, {v}, {st(out.dtype)})"]
+
+
+@lowering("BroadcastTo")
+def _broadcast_to(e):
+    x, s = e.args
+    t, out = e.ins[0], e.outs[0]
+    if e.ins[1].ndim != 1:
+        raise Unsupported("BroadcastTo a shape that is not a 1-D tensor")
+    _check_shape(e, s, out.ndim, "BroadcastTo")
+    if out.ndim == 0:
+        return [x]
+    if t.ndim == 0:
+        return [f"np.full({_dims(s, out.ndim)}, {x}, {st(out.dtype)})"]
+    return [f"H.broadcast({x}, {_dims(s, out.ndim)})"]
+
+
+@lowering("SumToShape")
+def _sum_to_shape(e):
+    """numpy's sums over the leading axes, then over the axes the shape keeps as 1 (one contiguous run of
+    axes; other cases raise, and the fused path computes them)."""
+    x, s = e.args
+    t, out = e.ins[0], e.outs[0]
+    if e.ins[1].ndim != 1:
+        raise Unsupported("SumToShape to a shape that is not a 1-D tensor")
+    _check_shape(e, s, out.ndim, "SumToShape")
+    if t.ndim == 0:
+        return [x]
+    d = t.dtype
+    kr = e.loop(np.add, (None, d, None), reduction=True)
+    kb = e.loop(np.add, (d, d, d))
+    r = f"H.sum_to_shape(LP, {kr}, {kb}, {x}, {s}, {st(d)}(0))"
+    if out.ndim == 0:
+        return [f"{r}[0]"]
+    return [f"{r}.reshape({_dims(s, out.ndim)})"]
+
+
+def _axis_of(e, ndim):
+    ax = e.node.attrs.get("axis", 0)
+    if not -ndim <= ax < ndim:
+        raise Unsupported(f"axis {ax} out of range")
+    return ax % ndim
+
+
+@lowering("Stack")
+def _stack(e):
+    t, out = e.ins[0], e.outs[0]
+    if any((i.dtype, i.ndim) != (out.dtype, t.ndim) for i in e.ins):
+        raise Unsupported("Stack of values of different types")
+    n = len(e.args)
+    if t.ndim == 0:
+        r = e.tmp()
+        e.stmt(f"{r} = np.empty({n}, {st(out.dtype)})")
+        for k, a in enumerate(e.args):
+            e.stmt(f"{r}[{k}] = {a}")
+        return [r]
+    ax = _axis_of(e, out.ndim)
+    return [f"np.ascontiguousarray(np.stack(({''.join(a + ', ' for a in e.args)}), axis={ax}))"]
+
+
+@lowering("Concat")
+def _concat(e):
+    out = e.outs[0]
+    if out.ndim == 0 or any((i.dtype, i.ndim) != (out.dtype, out.ndim) for i in e.ins):
+        raise Unsupported("Concat of values of different types")
+    ax = _axis_of(e, out.ndim)
+    return [f"np.ascontiguousarray(np.concatenate(({''.join(a + ', ' for a in e.args)}), axis={ax}))"]
+
+
+@lowering("Unstack")
+def _unstack(e):
+    x, t = e.args[0], e.ins[0]
+    if t.ndim == 0:
+        raise Unsupported("Unstack of a scalar")
+    ax, num = _axis_of(e, t.ndim), e.node.attrs["num"]
+    e.stmt(f"if {x}.shape[{ax}] != {num}: raise ValueError('Unstack: the dimension has another size')")
+    lead = ":, " * ax
+    if t.ndim == 1:
+        return [f"{x}[{k}]" for k in range(num)]
+    return [f"np.ascontiguousarray({x}[{lead}{k}])" for k in range(num)]
+
+
+@lowering("Split")
+def _split(e):
+    x, t = e.args[0], e.ins[0]
+    if t.ndim == 0:
+        raise Unsupported("Split of a scalar")
+    ax, num = _axis_of(e, t.ndim), e.node.attrs["num"]
+    n = e.tmp()
+    e.stmt(f"if {x}.shape[{ax}] % {num}: raise ValueError('Split: the dimension does not split evenly')")
+    e.stmt(f"{n} = {x}.shape[{ax}] // {num}")
+    lead = ":, " * ax
+    return [f"np.ascontiguousarray({x}[{lead}{j} * {n}:{j + 1} * {n}])" for j in range(num)]
 
 
 @lowering("Squeeze")

@@ -1,8 +1,16 @@
-"""Lowerings of the gradient stacks (kernels: state_kernels.py StackPush / StackPop).
+"""Lowerings of the stateful ops on resources a loop frame takes from outside (kernels: state_kernels.py):
+gradient stacks, TensorArrays and Variables.
 
-In compiled code a stack handle is a numba typed List of the stack's elements (dfc/runtime/compiled/
-__init__.py makes it from the Python Stack before the frame and writes the pushes back, or drops the
-popped entries, after it): a push appends, a pop takes the last element."""
+numba cannot hold the Python objects themselves (a Stack, a TensorArrayStore with its per-element
+gradient sums, a VariableResource in its container with its lock), so compiled code gets a typed stand-in
+per handle (dfc/runtime/compiled/codegen.py RESOURCE_USES; dfc/runtime/compiled/__init__.py builds it
+before the frame and applies its effects after the compiled code succeeded):
+- a stack: a typed List of its elements (push appends, pop takes the last);
+- a TensorArray the frame writes: a write log (writer, index, the writer's iteration counters, value),
+  written to the store afterwards with the keys the fused path uses, so gradient sums come out the same;
+- a TensorArray the frame reads: its elements, which it can read, and its size;
+- a Variable: a typed List holding its value (read it, assign it; assigned back once at the end).
+"""
 from dfc.runtime.kernels.lowering import Unsupported, lowering
 
 
@@ -21,3 +29,53 @@ def _pop(e):
         raise Unsupported("StackPop of a resource handle")
     e.stmt(f"if len({e.args[0]}) == 0: raise IndexError('pop from an empty stack')")
     return [f"{e.args[0]}.pop()"]
+
+
+@lowering("TensorArrayWrite")
+def _ta_write(e):
+    h, i, v = e.args[:3]
+    if e.ins[1].ndim != 0:
+        raise Unsupported("a TensorArray index that is not one integer")
+    g = e.gen
+    wid = len(g.ta_writers)
+    g.ta_writers.append((e.node.name, tuple(g.frame_chain)))
+    for x in [f"np.int64({wid})", f"np.int64({i})"] + [f"it{f}" for f in g.frame_chain]:
+        e.stmt(f"{h}[0].append({x})")
+    e.stmt(f"{h}[1].append({v})")
+    return ["np.float32(0.0)"]          # the flow (state_kernels.FLOW)
+
+
+@lowering("TensorArrayRead")
+def _ta_read(e):
+    h, i = e.args[:2]
+    if e.ins[1].ndim != 0:
+        raise Unsupported("a TensorArray index that is not one integer")
+    return [f"H.ta_read({h}[0], {h}[1], np.int64({i}))"]
+
+
+@lowering("TensorArraySize")
+def _ta_size(e):
+    return [f"{e.args[0]}[2]"]
+
+
+@lowering("ReadVariable")
+def _read_var(e):
+    return [f"{e.args[0]}[0]"]
+
+
+@lowering("Assign", "AssignAdd", "AssignSub")
+def _assign(e):
+    h, v = e.args
+    t, out = e.ins[1], e.outs[0]
+    if (t.dtype, t.ndim) != (out.dtype, out.ndim) or t.dtype == "bool" and e.node.op != "Assign":
+        raise Unsupported("an assign that changes the value's type")
+    if e.node.op == "Assign":
+        new = v
+    else:
+        sign = "+" if e.node.op == "AssignAdd" else "-"
+        new = e.tmp()
+        e.stmt(f"{new} = {h}[0] {sign} {v}" if t.ndim else f"{new} = np.{t.dtype}({h}[0] {sign} {v})")
+    if t.ndim:
+        e.stmt(f"if {new}.shape != {h}[0].shape: raise ValueError('assign of another shape')")
+    e.stmt(f"{h}[0] = {new}")
+    return [new]

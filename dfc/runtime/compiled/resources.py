@@ -1,0 +1,162 @@
+"""The typed stand-ins compiled code gets for the resource handles entering a frame, and their effects.
+
+numba cannot hold dfc's resource objects (a Stack, a TensorArrayStore with its keyed gradient sums, a
+VariableResource behind its container's lock). For each handle the frame takes (codegen.RESOURCE_USES),
+`Resources.args` builds what the compiled code works on, and `Resources.effects`, once the compiled code
+has returned, checks and then applies what it did to the real objects: pushes and pops on stacks, the
+logged TensorArray writes (with the keys the fused path gives them: writer node, frame tag, 0), a
+Variable's final value. Nothing changes before the compiled code succeeded, so on any failure the fused
+path can replay the frame from its Enter values and raise its error naming the node.
+"""
+import copy
+
+import numpy as np
+
+from dfc.errors import DfcRuntimeError
+from dfc.runtime.values import DEAD
+
+
+class Replay(Exception):
+    """The compiled frame's effects cannot be applied as they are: run the frame on the fused path."""
+
+
+def arg(v, dtype, ndim):
+    """v as compiled code takes a value of this dtype and rank (a numpy scalar for rank 0, else a writable
+    C-contiguous array), or None if v is dead or of another type."""
+    if v is DEAD or getattr(v, "dtype", None) != dtype or getattr(v, "ndim", -1) != ndim:
+        return None
+    if ndim == 0:
+        return v[()]
+    if not (v.flags.c_contiguous and v.flags.writeable):
+        return np.array(v, order="C")
+    return v
+
+
+def _numba_type(dtype, ndim):
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+    return from_dtype(dtype) if ndim == 0 else types.Array(from_dtype(dtype), ndim, "C")
+
+
+def _typed_list(items, dtype, ndim):
+    """A numba typed List of items (each checked with `arg`), or None if one does not fit."""
+    from numba import typed
+    lst = typed.List.empty_list(_numba_type(dtype, ndim))
+    conv = [arg(v, dtype, ndim) for v in items]
+    if any(x is None for x in conv):
+        return None
+    for x in conv:          # (extend from a Python list would go through numba's reflected lists)
+        lst.append(x)
+    return lst
+
+
+def _back(x, dtype, ndim):
+    """A value from compiled code as the kernels hold it (rank 0: a 0-d array of its dtype)."""
+    return np.asarray(dtype.type(x)) if ndim == 0 else x
+
+
+class Resources:
+    """The resource Enters of one compiled frame: position -> (use, dtype, ndim)."""
+
+    def __init__(self, src, name):
+        self.uses = {k: (use, np.dtype(t.dtype), t.ndim) for k, (use, t) in src.resources.items()}
+        self.writers = list(src.ta_writers)
+        self.name = name
+
+    def args(self, vals):
+        """position -> the compiled code's argument for each resource Enter, or None (run fused)."""
+        objs = [vals[k] for k in self.uses]
+        if len({id(o) for o in objs}) != len(objs):
+            return None         # one resource through two handles: stand-ins could not see each other
+        out = {}
+        for k, (use, dtype, ndim) in self.uses.items():
+            a = self._arg(use, vals[k], dtype, ndim)
+            if a is None:
+                return None
+            out[k] = a
+        return out
+
+    def _arg(self, use, obj, dtype, ndim):
+        from numba import typed, types
+        if use in ("push", "pop"):
+            if not isinstance(obj, list):
+                return None
+            return _typed_list(obj if use == "pop" else [], dtype, ndim)
+        if use == "ta_write":
+            if not hasattr(obj, "write") or getattr(obj, "dtype", None) != dtype.name:
+                return None
+            return (typed.List.empty_list(types.int64), typed.List.empty_list(_numba_type(dtype, ndim)))
+        if use == "ta_read":
+            if not hasattr(obj, "read") or getattr(obj, "dtype", None) != dtype.name:
+                return None
+            n = len(obj) if hasattr(type(obj), "__len__") else len(obj.items)
+            items, ok = [], np.zeros(n, np.bool_)
+            hole = dtype.type(0) if ndim == 0 else np.zeros((0,) * ndim, dtype)
+            for i in range(n):
+                try:
+                    items.append(obj.read(i))
+                    ok[i] = True
+                except DfcRuntimeError:
+                    items.append(hole)
+            lst = _typed_list(items, dtype, ndim)
+            return None if lst is None else (lst, ok, np.int64(len(obj.items)))
+        if use in ("var", "var_rw"):
+            if not hasattr(obj, "assign"):
+                return None
+            return _typed_list([obj.read()], dtype, ndim)
+        return None
+
+    def effects(self, vals, args, tag):
+        """Check what the compiled code did to each resource and return the function that applies it;
+        raises Replay if it cannot be applied (e.g. a TensorArray index written twice)."""
+        todo = []
+        for k, (use, dtype, ndim) in self.uses.items():
+            obj, a = vals[k], args[k]
+            if use == "push":
+                todo.append(lambda obj=obj, a=a, dtype=dtype, ndim=ndim:
+                            obj.extend(list(a) if ndim else [dtype.type(x) for x in a]))
+            elif use == "pop":
+                todo.append(lambda obj=obj, a=a: obj.__delitem__(slice(len(a), None)))
+            elif use == "ta_write":
+                writes = self._writes(a, dtype, ndim, tag)
+                trial = copy.copy(obj)       # the writes on a copy first: the store changes only if all pass
+                trial.items = [_copy_item(x) for x in obj.items]
+                try:
+                    for i, v, key in writes:
+                        trial.write(i, v, key)
+                except DfcRuntimeError:
+                    raise Replay() from None
+                todo.append(lambda obj=obj, writes=writes: [obj.write(i, v, key) for i, v, key in writes])
+            elif use == "var_rw":
+                value = _back(a[0], dtype, ndim)
+                todo.append(lambda obj=obj, value=value: obj.assign(value, "Assign", self.name))
+
+        def apply():
+            for f in todo:
+                f()
+        return apply
+
+    def _writes(self, log, dtype, ndim, tag):
+        """[(index, value, key)] of a TensorArray write log, keys as the fused path's kernels make them."""
+        ints, values = log
+        ints = np.asarray(list(ints), np.int64) if len(ints) else np.zeros(0, np.int64)
+        out, pos = [], 0
+        for v in values:
+            name, chain = self.writers[ints[pos]]
+            index = int(ints[pos + 1])
+            ctr = ints[pos + 2:pos + 2 + len(chain)]
+            pos += 2 + len(chain)
+            t = tuple(tag)
+            for fid, c in zip(chain, ctr):
+                t = t + (fid, int(c))
+            out.append((index, _back(v, dtype, ndim), (name, t, 0)))
+        return out
+
+
+def _copy_item(x):
+    """A TensorArray element for a trial store: a gradient sum (state_kernels._Sum) copied, else itself."""
+    if hasattr(x, "parts"):
+        c = copy.copy(x)
+        c.parts = dict(x.parts)
+        return c
+    return x

@@ -1,0 +1,227 @@
+"""Compiled loop frames with the indexing, shape and gradient-helper lowerings (array_lower.py), TensorArrays
+and Variables (state_lower.py, compiled/resources.py): every frame compiles, gives the reference
+interpreter's bits on every path (run_all_modes), gradients match finite differences, and errors inside a
+compiled frame name their node."""
+import numpy as np
+import pytest
+
+import dfc
+from tests.conftest import run_all_modes
+
+pytest.importorskip("numba")
+
+
+@pytest.fixture(autouse=True)
+def _no_compile_budget():
+    """These tests are about compiled code: compile whatever the suite's DFC_COMPILE_BUDGET has left."""
+    from dfc.runtime import compiled
+    left = compiled._budget["left"]
+    compiled._budget["left"] = float("inf")
+    yield
+    compiled._budget["left"] = left
+
+
+def _compiled(g, **kw):
+    return dfc.Session(g, compile_loops=True, num_threads=0, **kw)
+
+
+def _runs(s):
+    """How the compiled frames of Session s ran: {"compiled": n, "fused": n} over all of them."""
+    from dfc.runtime.compiled import CompiledFrame
+    out = {"compiled": 0, "fused": 0}
+    for plan in s._plans.values():
+        for prog in getattr(plan, "programs", {}).values():
+            if isinstance(prog, CompiledFrame):
+                for k in out:
+                    out[k] += prog.runs[k]
+    return out
+
+
+def _runs_compiled(g, args, n_frames):
+    """Session(compile_loops=True) runs every frame compiled (no fused fallback) and gives the reference's
+    results."""
+    s = _compiled(g)
+    got = s.call(*args)
+    assert _runs(s) == {"compiled": n_frames, "fused": 0}
+    return got
+
+
+def _status(g):
+    return {k: (v["status"], v["blocked_by"]) for k, v in _compiled(g).compiled_frames().items()}
+
+
+def _finite_difference(g, args, k, eps=1e-6):
+    """d sum(output 0) / d args[k], central differences."""
+    x = args[k]
+    out = np.zeros(x.shape)
+    for j in np.ndindex(*x.shape):
+        hi, lo = [list(args) for _ in range(2)]
+        hi[k], lo[k] = x.copy(), x.copy()
+        hi[k][j] += eps
+        lo[k][j] -= eps
+        s = dfc.Session(g)
+        out[j] = (np.sum(s.call(*hi)[0]) - np.sum(s.call(*lo)[0])) / (2 * eps)
+    return out
+
+
+def test_indexing_stacking_and_their_gradients_compile():
+    """x[t] and x[i:i+2] with tensor indices, stack/unstack, concat/split, and in the gradient loop
+    GetItemGrad, SumToShape (the bias broadcast over the batch), BroadcastTo and Fill."""
+    def f(x, w, b, n):
+        def body(t, h, acc):
+            xt = x[t]                                       # [B, D], t a tensor
+            z = dfc.matmul(dfc.concat([xt, h], 1), w) + b   # b: [2H] broadcast over B
+            zi, zg = dfc.split(z, 2, axis=1)
+            h = dfc.sigmoid(zi) * dfc.tanh(zg)
+            pair = x[t, :, 1:3]                             # a slice, a tensor index
+            s0, s1 = dfc.unstack(dfc.stack([dfc.reduce_sum(h), dfc.reduce_sum(pair)]), num=2)
+            return t + 1, h, acc + s0 * s1 + dfc.reduce_sum(x[t:t + 2, 0])
+        h0 = dfc.zeros([3, 4], "float64")
+        _, h, acc = dfc.while_loop(lambda t, h, acc: t < n, body, (0, h0, dfc.constant(np.float64(0.0))))
+        loss = acc + dfc.reduce_sum(h * h)
+        return loss, dfc.gradients(loss, [x, w, b])
+    g = dfc.trace(f, dfc.TensorSpec([6, 3, 5], "float64"), dfc.TensorSpec([9, 8], "float64"),
+                  dfc.TensorSpec([8], "float64"), dfc.TensorSpec([], "int64"))
+    assert _status(g) == {"while": ("compiled", None), "while_grad": ("compiled", None)}
+    ops = {n.op for n in g.nodes.values()}
+    assert {"GetItem", "GetItemGrad", "SumToShape", "Concat", "Split", "Stack", "Unstack"} <= ops
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal((6, 3, 5)), rng.standard_normal((9, 8)) * 0.4, rng.standard_normal(8) * 0.1,
+            np.int64(4)]
+    loss, (dx, dw, db) = run_all_modes(g, *args)
+    _runs_compiled(g, args, 2)
+    for k, got in [(0, dx), (1, dw), (2, db)]:
+        np.testing.assert_allclose(got, _finite_difference(g, args, k), rtol=1e-5, atol=1e-7)
+
+
+def test_sum_to_shape_gives_numpys_bits():
+    """The compiled SumToShape against the kernel's numpy sums, large and odd shapes, float32 and float64."""
+    from dfc.runtime.compiled import helpers, npcall
+    from dfc.runtime.kernels.array_kernels import sum_to_shape
+    rng = np.random.default_rng(4)
+    cases = [((3, 5000), (5000,)), ((4001,), ()), ((7, 300), (7, 1)), ((2, 3, 4, 5), (3, 1, 1)),
+             ((64, 16, 33), (16, 1)), ((5, 6), (5, 6)), ((2, 3, 4), (1, 4)), ((9, 2, 3), (2, 1))]
+    for dtype in ("float32", "float64"):
+        lp = np.array(list(npcall.loop_address(np.add, (None, dtype, None), True))
+                      + list(npcall.loop_address(np.add, (dtype, dtype, dtype))), np.int64)
+        for shape, target in cases:
+            x = rng.standard_normal(shape).astype(dtype) * 1e3
+            want = sum_to_shape(np, x, target)
+            got = helpers.sum_to_shape(lp, 0, 1, x, np.array(target, np.int64), np.dtype(dtype).type(0))
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got.reshape(target), want, err_msg=f"{shape} -> {target}")
+    with pytest.raises(ValueError):          # two separate runs of axes: left to the fused path
+        helpers.sum_to_shape(lp, 0, 1, np.ones((2, 3, 4)), np.array([1, 3, 1]), np.float64(0))
+
+
+def test_errors_inside_compiled_frames_name_their_node():
+    def f(x, n, k):
+        def body(i, s):
+            return i + 1, s + dfc.reduce_sum(x[i * k])         # out of range once i * k >= 4
+        return dfc.while_loop(lambda i, s: i < n, body, (0, dfc.constant(np.float64(0.0))))[1]
+    g = dfc.trace(f, dfc.TensorSpec([4, 2], "float64"), dfc.TensorSpec([], "int64"), dfc.TensorSpec([], "int64"))
+    assert _status(g) == {"while": ("compiled", None)}
+    s = _compiled(g)
+    x = np.arange(8.0).reshape(4, 2)
+    assert float(s.call(x, np.int64(3), np.int64(1))) == 15.0
+    assert _runs(s) == {"compiled": 1, "fused": 0}
+    with pytest.raises(dfc.DfcError) as e:
+        s.call(x, np.int64(3), np.int64(2))
+    getitem = [n.name for n in g.nodes.values() if n.op == "GetItem"][0]
+    assert getitem in str(e.value)
+
+    def h(a, b, n):
+        return dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + dfc.reduce_sum(dfc.concat([a, b], 0))),
+                              (0, dfc.constant(np.float64(0.0))))[1]
+    g = dfc.trace(h, dfc.TensorSpec([None, 2], "float64"), dfc.TensorSpec([None, None], "float64"),
+                  dfc.TensorSpec([], "int64"))
+    assert _status(g) == {"while": ("compiled", None)}
+    s = _compiled(g)
+    assert float(s.call(np.ones((2, 2)), np.ones((1, 2)), np.int64(2))) == 12.0
+    with pytest.raises(dfc.DfcError) as e:
+        s.call(np.ones((2, 2)), np.ones((1, 3)), np.int64(2))
+    assert [n.name for n in g.nodes.values() if n.op == "Concat"][0] in str(e.value)
+
+
+def test_tensor_arrays_written_and_read_in_compiled_loops_with_gradients():
+    """A loop writes a TensorArray (stacked after it); another reads one unstacked from an input; their
+    gradient loops read the gradient TensorArray and write (accumulate into) another, keyed as the fused
+    path keys them."""
+    def f(x, w, n):
+        xs = dfc.TensorArray("float64", size=n).unstack(x)
+        out = dfc.TensorArray("float64", size=n)
+
+        def body(i, h, out):
+            h = dfc.tanh(xs.read(i) * w + h * 0.5)
+            return i + 1, h, out.write(i, h * h)
+        _, h, out = dfc.while_loop(lambda i, h, out: i < n, body, (0, dfc.zeros_like(w), out))
+        y = out.stack()
+        loss = dfc.reduce_sum(y * dfc.reshape(dfc.cast(dfc.range(0, n * 3), "float64"), [-1, 3]))
+        return loss, dfc.gradients(loss, [x, w])
+    g = dfc.trace(f, dfc.TensorSpec([5, 3], "float64"), dfc.TensorSpec([3], "float64"), dfc.TensorSpec([], "int64"))
+    assert _status(g) == {"while": ("compiled", None), "while_grad": ("compiled", None)}
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal((5, 3)), rng.standard_normal(3), np.int64(5)]
+    loss, (dx, dw) = run_all_modes(g, *args)
+    _runs_compiled(g, args, 2)
+    np.testing.assert_allclose(dx, _finite_difference(g, args, 0), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(dw, _finite_difference(g, args, 1), rtol=1e-5, atol=1e-7)
+
+
+def test_tensor_array_errors_in_a_compiled_loop_name_the_write_and_change_nothing():
+    def f(x, n, k):
+        ta = dfc.TensorArray("float64", size=3, dynamic_size=False)
+
+        def body(i, ta):
+            return i + 1, ta.write(i // k, x * dfc.cast(i, "float64"))   # k=2: index 0 written twice
+        _, ta = dfc.while_loop(lambda i, ta: i < n, body, (0, ta))
+        return ta.stack()
+    g = dfc.trace(f, dfc.TensorSpec([2], "float64"), dfc.TensorSpec([], "int64"), dfc.TensorSpec([], "int64"))
+    assert _status(g) == {"while": ("compiled", None)}
+    s = _compiled(g)
+    x = np.array([1.0, 2.0])
+    np.testing.assert_array_equal(s.call(x, np.int64(3), np.int64(1)), [[0, 0], [1, 2], [2, 4]])
+    assert _runs(s) == {"compiled": 1, "fused": 0}
+    write = [n.name for n in g.nodes.values() if n.op == "TensorArrayWrite"][0]
+    for n, k, what in [(3, 2, "written twice"), (4, 1, "out of range")]:
+        with pytest.raises(dfc.DfcError) as e:
+            s.call(x, np.int64(n), np.int64(k))
+        assert write in str(e.value) and what in str(e.value)
+
+
+def test_variables_read_and_assigned_in_compiled_loops():
+    w = dfc.Variable(np.array([0.5, -1.0, 2.0]), name="compiled_w")
+    step = dfc.Variable(np.int64(0), name="compiled_step")
+
+    def f(x, n):
+        def body(i, s):
+            y = dfc.tanh(w.read_value() * x)
+            w.assign_sub(0.1 * y)
+            step.assign_add(1)
+            return i + 1, s + dfc.reduce_sum(y) + dfc.cast(step.read_value(), "float64")
+        return dfc.while_loop(lambda i, s: i < n, body, (0, dfc.constant(np.float64(0.0))))[1]
+    g = dfc.trace(f, dfc.TensorSpec([3], "float64"), dfc.TensorSpec([], "int64"))
+    assert list(_status(g).values()) == [("compiled", None)]
+    x = np.array([1.0, 0.5, -0.25])
+    run_all_modes(g, x, np.int64(6))       # the results and the Variables left behind agree on every path
+    before = w.numpy().copy()
+    _runs_compiled(g, [x, np.int64(2)], 1)
+    assert not np.array_equal(w.numpy(), before)
+
+
+def test_a_variable_assigned_a_wrong_shape_in_a_compiled_loop_names_the_assign():
+    v = dfc.Variable(np.zeros(2), name="compiled_v_shape")
+
+    def f(x, n):
+        def body(i):
+            v.assign(dfc.concat([v.read_value(), x], 0)[:2 + i // 2])     # 3 values once i = 2
+            return i + 1
+        dfc.while_loop(lambda i: i < n, body, (0,))
+        return v.read_value()
+    g = dfc.trace(f, dfc.TensorSpec([1], "float64"), dfc.TensorSpec([], "int64"))
+    s = _compiled(g, container="compiled_v_shape")
+    np.testing.assert_array_equal(s.call(np.array([1.0]), np.int64(2)), [0.0, 0.0])
+    assert _runs(s) == {"compiled": 1, "fused": 0}
+    with pytest.raises(dfc.DfcError) as e:
+        s.call(np.array([1.0]), np.int64(3))
+    assert [n.name for n in g.nodes.values() if n.op == "Assign"][0] in str(e.value)
