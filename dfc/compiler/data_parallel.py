@@ -170,7 +170,8 @@ class DataParallel:
                 if self.progress:
                     with device_scope(CHIEF):
                         from dfc.compiler.progress import progress
-                        progress(i + 1, steps if self.mode == "async" else i + 1, name=worker, loss=loss)
+                        progress(i + 1, steps if self.mode == "async" else i + 1, name=f"{self.name} {worker}",
+                                 loss=loss)
                 nxt = i + 1
                 more = nxt < steps if self.mode == "async" else ops_api.logical_and(token != STOP, nxt < steps)
                 return nxt, more, losses.write(i - start, ops_api.cast(loss, "float64"))

@@ -80,7 +80,8 @@ def run(dp, shards, steps, batch_size=None, delays=None, on_step=None, restart_f
     updates (the run ends when the global step is `steps` past where it began); in async mode each
     worker takes `steps` steps.
 
-    Returns {"losses": each worker's losses, "worker_steps": steps each worker took, "updates": the
+    Returns {"losses": each worker's losses (NaN for steps of an in-graph loop whose process died before
+    returning them), "worker_steps": steps each worker took, "updates": the
     global step, "failed": {worker: why} for workers whose process died, "recovered": [ps restarts],
     "bytes_between_processes": bytes the run's steps moved between processes}. See the module docstring
     for what happens when a task dies.
@@ -128,7 +129,10 @@ def run(dp, shards, steps, batch_size=None, delays=None, on_step=None, restart_f
         done = np.int64(int(dp.worker_steps[w].numpy()) - counted[w])   # steps taken this run (a restart)
         if dp.mode == "async" and done >= total:
             return
+        losses[k].extend([float("nan")] * (int(done) - len(losses[k])))   # lost with a dead worker's process
         out = recovery.call(lambda: s.call(*shard, total, b, done))
+        if dp.mode == "sync":
+            out = out[:-1]      # the step that dequeued STOP (its gradient went stale): not counted
         losses[k].extend(float(x) for x in out)
 
     def work(k, i=0):

@@ -75,20 +75,45 @@ def test_sync_with_a_backup_worker_goes_at_the_fast_workers_pace():
         dfc.train.DataParallel(c, dfc.train.SGD(0.1), mode="sync", replicas_to_aggregate=3)
 
 
-def test_async_training_on_digits_reaches_90_percent_and_the_sample_runs_all_three_modes():
-    pytest.importorskip("sklearn")
+def load_sample():
     import importlib.util
     import pathlib
     path = pathlib.Path(__file__).parents[2] / "samples" / "distributed_training.py"
     spec = importlib.util.spec_from_file_location("distributed_training", path)
     sample = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sample)
+    return sample
+
+
+def test_async_training_on_digits_reaches_90_percent_and_the_sample_runs_all_three_modes():
+    pytest.importorskip("sklearn")
+    sample = load_sample()
     data = sample.load()
     c = cluster()
     r = sample.train(c, "async", None, steps=80, straggler=0.0, data=data, show=False)
     assert r["test_accuracy"] >= 0.90 and r["worker_steps"] == [80, 80]
-    r = sample.train(c, "sync", None, steps=10, straggler=0.0, data=data, show=False)
-    assert r["updates"] == 10 and r["test_accuracy"] > 0.5
+    r = sample.train(c, "sync", None, steps=10, straggler=0.0, data=data, show=False, loop="graph")
+    assert r["updates"] == 10 and r["test_accuracy"] > 0.5 and r["worker_steps"] == [10, 10]
+
+
+def test_the_lstm_sequence_task_trains_data_parallel_in_both_loop_styles():
+    sample = load_sample()
+    data = sample.load_sequences()
+    baseline = float(np.mean(data[5] ** 2))          # the test MSE of predicting 0
+    c = cluster()
+    for mode, loop in (("async", "graph"), ("sync", "python")):
+        r = sample.train(c, mode, None, steps=30, straggler=0.0, data=data, show=False, loop=loop, task="lstm",
+                         name=f"dplstm{mode}")
+        assert r["value"] < 0.5 * baseline, (mode, loop, r["value"], baseline)
+
+
+def test_the_recovery_sample_survives_a_killed_worker_and_a_killed_ps():
+    pytest.importorskip("sklearn")
+    sample = load_sample()
+    c = cluster()
+    first, second = sample.recovery(c, sample.load(), 40)
+    assert "worker:1" in first["failed"] and first["worker_steps"] == [40, 40]
+    assert [e["task"] for e in second["recovered"]] == ["ps:0"] and second["updates"] >= 40
 
 
 def test_a_killed_worker_does_not_stop_async_training_and_rejoins_after_a_restart():
@@ -231,3 +256,31 @@ def test_ps_tasks_save_every_t_seconds_on_their_own_clock():
     # the first update saves (no save yet), then at most one save per 0.3 s: the shard is not the last step
     # unless the run was short
     assert 1 <= step <= 24 and (step < 24 or took < 0.6)
+
+
+def test_a_worker_killed_inside_its_in_graph_loop_rejoins_where_it_was():
+    import os
+    import signal
+    import threading
+    import time
+    c = cluster()
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.02), mode="async", name="dpgraphkill")
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y], loop="graph")
+    pid, counter = c.pid("worker:1"), dp.worker_steps["worker:1"]
+    start = int(counter.numpy())
+
+    def kill_after_some_steps():
+        deadline = time.time() + 60
+        while int(counter.numpy()) - start < 5 and time.time() < deadline:
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+    killer = threading.Thread(target=kill_after_some_steps, daemon=True)
+    killer.start()
+    out = dp.run([data(29, 64), data(30, 64)], steps=150, batch_size=16, restart_failed=True)
+    killer.join()
+    assert "worker:1" in out["failed"] and c.pid("worker:1") != pid
+    assert out["worker_steps"] == [150, 150] and int(counter.numpy()) - start == 150
+    lost = np.isnan(out["losses"][1]).sum()
+    assert 5 <= lost < 150 and not np.isnan(out["losses"][0]).any()
+    np.testing.assert_allclose(w.numpy(), [1.0, -2.0, 0.5, 3.0], atol=0.1)
