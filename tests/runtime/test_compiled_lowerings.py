@@ -75,7 +75,7 @@ def test_indexing_stacking_and_their_gradients_compile():
             h = dfc.sigmoid(zi) * dfc.tanh(zg)
             pair = x[t, :, 1:3]                             # a slice, a tensor index
             s0, s1 = dfc.unstack(dfc.stack([dfc.reduce_sum(h), dfc.reduce_sum(pair)]), num=2)
-            return t + 1, h, acc + s0 * s1 + dfc.reduce_sum(x[t:t + 2, 0])
+            return t + 1, h, acc + s0 * s1 + dfc.reduce_sum(dfc.transpose(x[t:t + 2, 0]) * w[:5, :2])
         h0 = dfc.zeros([3, 4], "float64")
         _, h, acc = dfc.while_loop(lambda t, h, acc: t < n, body, (0, h0, dfc.constant(np.float64(0.0))))
         loss = acc + dfc.reduce_sum(h * h)
@@ -84,7 +84,7 @@ def test_indexing_stacking_and_their_gradients_compile():
                   dfc.TensorSpec([8], "float64"), dfc.TensorSpec([], "int64"))
     assert _status(g) == {"while": ("compiled", None), "while_grad": ("compiled", None)}
     ops = {n.op for n in g.nodes.values()}
-    assert {"GetItem", "GetItemGrad", "SumToShape", "Concat", "Split", "Stack", "Unstack"} <= ops
+    assert {"GetItem", "GetItemGrad", "SumToShape", "Concat", "Split", "Stack", "Unstack", "Transpose"} <= ops
     rng = np.random.default_rng(3)
     args = [rng.standard_normal((6, 3, 5)), rng.standard_normal((9, 8)) * 0.4, rng.standard_normal(8) * 0.1,
             np.int64(4)]
@@ -225,3 +225,26 @@ def test_a_variable_assigned_a_wrong_shape_in_a_compiled_loop_names_the_assign()
     with pytest.raises(dfc.DfcError) as e:
         s.call(np.array([1.0]), np.int64(3))
     assert [n.name for n in g.nodes.values() if n.op == "Assign"][0] in str(e.value)
+
+
+def test_random_draws_in_compiled_loops_are_the_kernels_numbers():
+    """Random ops run their own kernel from compiled code (numba object mode), seeded as the fused path
+    seeds them (seed, node, run, iteration of every enclosing loop): the same numbers on every path."""
+    def f(n, m):
+        def outer(i, s):
+            def inner(j, s):
+                return j + 1, s + dfc.random_normal([2, 3], dtype="float64", seed=3)
+            _, s = dfc.while_loop(lambda j, s: j < m, inner, (0, s))
+            return i + 1, s * dfc.random_uniform([], minval=0.5, maxval=1.5, dtype="float64", seed=4)
+        return dfc.while_loop(lambda i, s: i < n, outer, (0, dfc.zeros([2, 3], "float64")))[1]
+    g = dfc.trace(f, dfc.TensorSpec([], "int64"), dfc.TensorSpec([], "int64"))
+    assert _status(g) == {"while": ("compiled", None), "while_1": ("compiled", None)}     # (nested in while)
+    first = run_all_modes(g, np.int64(3), np.int64(2))
+    s = _compiled(g)
+    got = [s.call(np.int64(3), np.int64(2)) for _ in range(2)]     # a second run draws other numbers
+    ref = dfc.Session(g, mode="reference")
+    want = [ref.call(np.int64(3), np.int64(2)) for _ in range(2)]
+    assert _runs(s) == {"compiled": 2, "fused": 0}
+    np.testing.assert_array_equal(got[0], first)
+    np.testing.assert_array_equal(got[1], want[1])
+    assert not np.array_equal(got[0], got[1])

@@ -110,7 +110,7 @@ class CompiledFrame:
         try:
             n_sigs = len(run.signatures)
             t0 = time.perf_counter()
-            outs = run(*args, self.consts, self._lp)
+            outs = run(*args, self.consts, self._lp, np.array((ctx.run_count,) + tuple(tag), np.int64))
             if len(run.signatures) != n_sigs:
                 self._record(run, time.perf_counter() - t0, args)
             self._compiled_once = True

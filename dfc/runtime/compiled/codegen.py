@@ -98,6 +98,22 @@ class Emit:
             self.gen.loops.append(key)
         return self.gen.loops.index(key)
 
+    def kernel_call(self, out, ins):
+        """Statements computing `out` (a fresh local) by the node's own kernel, called from compiled code in
+        numba's object mode with a context that has the fused path's run count and frame tag: for kernels
+        whose exact results (e.g. random draws seeded by run and iteration) numba cannot reproduce. `ins`:
+        the input expressions. The generated function gets R = [run count, *tag of the frame's call]."""
+        import json
+        t = self.outs[0]
+        typ = t.dtype if t.ndim == 0 else f"{t.dtype}[{', '.join([':'] * (t.ndim - 1) + ['::1'])}]"
+        chain = self.gen.frame_chain
+        node = json.dumps([self.node.name, self.node.op, self.node.attrs])
+        ctr = self.tmp()
+        self.stmt(f"{ctr} = np.array([{''.join(f'{f}, it{f}, ' for f in chain)}], np.int64)")
+        self.gen.objmode = True
+        self.stmt(f"with numba.objmode({out}={typ!r}):")
+        self.stmt(f"    {out} = H.kernel_call({node!r}, R, {ctr}, ({''.join(x + ', ' for x in ins)}), {t.ndim})")
+
     def const(self, value):
         """An expression for a constant array (passed to the compiled function in K)."""
         import numpy as np
@@ -118,6 +134,7 @@ class FrameSource:
         self._n = 0
         self.flagged = set()           # (node, port) values that carry a dead flag
         self.lift_dummies = {}         # gradient lift Merge -> its dummy Const inputs (see _lifted)
+        self.objmode = False           # a lowering calls back into Python (Emit.kernel_call)
         self.exits_may_die = {}        # fid -> whether its Exits may be dead
         from dfc.runtime.fused import NotFusable
         try:
@@ -141,11 +158,12 @@ class FrameSource:
         self._frame(a, ind, params)
         outs = [f"x{fid}_{k}" for k in range(len(a.exits))] + [f"dx{fid}_{k}" for k in range(len(a.exits))]
         body = self.lines
-        head = ["import numpy as np", "from numba import njit",
+        head = ["import numpy as np", "import numba", "from numba import njit",
                 "from dfc.runtime.compiled import helpers as H, npcall as P", "",
                 f"# loop frame {p.frame_names[fid]!r}",
-                "@njit(cache=True, nogil=True, error_model='numpy')",
-                f"def run({''.join(x + ', ' for x in params)}K, LP):"]
+                # object mode (kernels called from compiled code, e.g. random draws) needs the GIL
+                f"@njit(cache=True, nogil={not self.objmode}, error_model='numpy')",
+                f"def run({''.join(x + ', ' for x in params)}K, LP, R):"]
         self.source = "\n".join(head + body + [f"    return ({''.join(o + ', ' for o in outs)})", ""])
 
     def _resource_use(self, enter):

@@ -193,3 +193,31 @@ def ta_read(items, ok, i):
     if i < 0 or i >= len(items) or not ok[i]:
         raise IndexError("TensorArray element the compiled frame does not hold")
     return items[i]
+
+
+class _Ctx:
+    """The part of the executor's KernelContext a kernel called from compiled code may read."""
+    __slots__ = ("run_count", "tag")
+
+
+_KERNELS = {}
+
+
+def kernel_call(node, R, chain, args, ndim):
+    """Run a node's own kernel from compiled code (numba object mode; codegen.Emit.kernel_call). node: JSON
+    [name, op, attrs]; R: [run count, *tag of the frame's call]; chain: (frame, iteration) pairs from the
+    compiled frame to the node's frame, so ctx.tag is the fused path's. Returns the output as compiled code
+    holds it (a C-contiguous array, or a numpy scalar for rank 0)."""
+    k = _KERNELS.get(node)
+    if k is None:
+        import json
+
+        from dfc.ir.graph import Node
+        from dfc.runtime.kernels.registry import KERNELS
+        name, op, attrs = json.loads(node)
+        k = _KERNELS[node] = KERNELS[op](Node(name, op, [], attrs), np)
+    ctx = _Ctx()
+    ctx.run_count = int(R[0])
+    ctx.tag = tuple(int(x) for x in R[1:]) + tuple(int(x) for x in chain)
+    v = k(ctx, [np.asarray(a) for a in args])[0]
+    return v[()] if ndim == 0 else np.ascontiguousarray(v)

@@ -194,6 +194,18 @@ def _axis_of(e, ndim):
     return ax % ndim
 
 
+@lowering("Transpose")
+def _transpose(e):
+    t = e.ins[0]
+    perm = e.node.attrs.get("perm")
+    perm = list(range(t.ndim))[::-1] if perm is None else [p % max(t.ndim, 1) for p in perm]
+    if sorted(perm) != list(range(t.ndim)):
+        raise Unsupported("Transpose with a permutation of another rank")
+    if t.ndim < 2:
+        return [e.args[0]]
+    return [f"np.ascontiguousarray(np.transpose({e.args[0]}, ({''.join(f'{p}, ' for p in perm)})))"]
+
+
 @lowering("Stack")
 def _stack(e):
     t, out = e.ins[0], e.outs[0]
@@ -259,3 +271,14 @@ def _squeeze(e):
     if not keep:
         return [f"{x}.reshape({x}.size)[0]"]
     return [f"{x}.reshape(({''.join(k + ', ' for k in keep)}))"]
+
+
+@lowering("RandomUniform", "RandomNormal")
+def _random(e):
+    """The kernel itself, called from compiled code (object mode): numba's generators cannot reproduce
+    numpy's default_rng seeded by (seed, node, run, iteration), so the numbers are the fused path's."""
+    if e.ins[0].ndim != 1:
+        raise Unsupported("a random shape that is not a 1-D tensor")
+    out = e.tmp()
+    e.kernel_call(out, e.args)
+    return [out]
