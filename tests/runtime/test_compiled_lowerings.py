@@ -54,12 +54,12 @@ def _finite_difference(g, args, k, eps=1e-6):
     """d sum(output 0) / d args[k], central differences."""
     x = args[k]
     out = np.zeros(x.shape)
+    s = dfc.Session(g)
     for j in np.ndindex(*x.shape):
         hi, lo = [list(args) for _ in range(2)]
         hi[k], lo[k] = x.copy(), x.copy()
         hi[k][j] += eps
         lo[k][j] -= eps
-        s = dfc.Session(g)
         out[j] = (np.sum(s.call(*hi)[0]) - np.sum(s.call(*lo)[0])) / (2 * eps)
     return out
 
