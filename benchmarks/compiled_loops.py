@@ -120,7 +120,7 @@ def _ran(session):
     out = {}
     for plan in session._plans.values():
         for prog in getattr(plan, "programs", {}).values():
-            if isinstance(prog, CompiledFrame):
+            if isinstance(prog, CompiledFrame) and any(prog.runs.values()):     # (nested frames run inside)
                 out[prog.name] = dict(prog.runs)
     return out
 

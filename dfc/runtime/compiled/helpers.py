@@ -1,6 +1,6 @@
 """numba helpers the generated frame code calls (beside npcall's numpy-loop calls)."""
 import numpy as np
-from numba import njit
+from numba import njit, typed
 
 from dfc.runtime.compiled.npcall import call_loop
 
@@ -221,3 +221,44 @@ def kernel_call(node, R, chain, args, ndim):
     ctx.tag = tuple(int(x) for x in R[1:]) + tuple(int(x) for x in chain)
     v = k(ctx, [np.asarray(a) for a in args])[0]
     return v[()] if ndim == 0 else np.ascontiguousarray(v)
+
+
+@njit(cache=True, nogil=True)
+def scalars_to_list(a):
+    """A typed List of the elements of non-empty 1-D array a (a stack of scalars handed to compiled code)."""
+    lst = typed.List()
+    for i in range(a.shape[0]):
+        lst.append(a[i])
+    return lst
+
+
+@njit(cache=True, nogil=True)
+def rows_to_list(a):
+    """A typed List of copies of a[0], a[1], ... (a non-empty stack of arrays of one shape handed to
+    compiled code)."""
+    lst = typed.List()
+    for i in range(a.shape[0]):
+        lst.append(np.ascontiguousarray(a[i]).copy())
+    return lst
+
+
+@njit(cache=True, nogil=True)
+def list_to_scalars(lst, proto):
+    """The scalars of a typed List as a 1-D array of proto's dtype."""
+    out = np.empty(len(lst), proto.dtype)
+    for i in range(len(lst)):
+        out[i] = lst[i]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def list_to_rows(lst):
+    """The arrays of a non-empty typed List stacked along a new first axis, and whether they all had one
+    shape (if not, the result is not filled)."""
+    first = lst[0]
+    out = np.empty((len(lst),) + first.shape, first.dtype)
+    for i in range(len(lst)):
+        if lst[i].shape != first.shape:
+            return out, False
+        out[i] = lst[i]
+    return out, True

@@ -39,15 +39,40 @@ def _numba_type(dtype, ndim):
 
 
 def _typed_list(items, dtype, ndim):
-    """A numba typed List of items (each checked with `arg`), or None if one does not fit."""
+    """A numba typed List of items, or None if one is not of this dtype and rank. Elements go over in
+    bulk (one array, split into the List by compiled code): appending one by one from Python costs
+    microseconds per element, which a gradient loop's stacks multiply by their lengths."""
     from numba import typed
+
+    from dfc.runtime.compiled import helpers as H
+    if items and not (ndim == 0 and set(map(type, items)) == {dtype.type}):     # (numpy scalars: quick)
+        try:
+            if {(v.dtype, v.ndim) for v in items} != {(dtype, ndim)}:
+                return None
+        except AttributeError:
+            return None
+    if items:
+        if ndim == 0:
+            return H.scalars_to_list(np.array(items, dtype))
+        try:
+            return H.rows_to_list(np.stack(items))
+        except ValueError:          # elements of several shapes: one by one
+            pass
     lst = typed.List.empty_list(_numba_type(dtype, ndim))
-    conv = [arg(v, dtype, ndim) for v in items]
-    if any(x is None for x in conv):
-        return None
-    for x in conv:          # (extend from a Python list would go through numba's reflected lists)
-        lst.append(x)
+    for v in items:
+        lst.append(arg(v, dtype, ndim))
     return lst
+
+
+def _from_list(lst, dtype, ndim):
+    """The elements of a typed List from compiled code, as the kernels hold them (numpy scalars, arrays)."""
+    from dfc.runtime.compiled import helpers as H
+    if not len(lst):
+        return []
+    if ndim == 0:
+        return list(H.list_to_scalars(lst, np.empty(0, dtype)))
+    rows, ok = H.list_to_rows(lst)
+    return list(rows) if ok else list(lst)
 
 
 def _back(x, dtype, ndim):
@@ -113,8 +138,7 @@ class Resources:
         for k, (use, dtype, ndim) in self.uses.items():
             obj, a = vals[k], args[k]
             if use == "push":
-                todo.append(lambda obj=obj, a=a, dtype=dtype, ndim=ndim:
-                            obj.extend(list(a) if ndim else [dtype.type(x) for x in a]))
+                todo.append(lambda obj=obj, a=a, dtype=dtype, ndim=ndim: obj.extend(_from_list(a, dtype, ndim)))
             elif use == "pop":
                 todo.append(lambda obj=obj, a=a: obj.__delitem__(slice(len(a), None)))
             elif use == "ta_write":
@@ -139,9 +163,9 @@ class Resources:
     def _writes(self, log, dtype, ndim, tag):
         """[(index, value, key)] of a TensorArray write log, keys as the fused path's kernels make them."""
         ints, values = log
-        ints = np.asarray(list(ints), np.int64) if len(ints) else np.zeros(0, np.int64)
+        ints = _from_list(ints, np.dtype(np.int64), 0)
         out, pos = [], 0
-        for v in values:
+        for v in _from_list(values, dtype, ndim):
             name, chain = self.writers[ints[pos]]
             index = int(ints[pos + 1])
             ctr = ints[pos + 2:pos + 2 + len(chain)]
