@@ -414,13 +414,15 @@ class GPUDevice(Device):
 
     def _peer_copy(self, v, stream):
         cp = self._cp
-        if not v.flags.c_contiguous:
+        if not v.flags.c_contiguous and not v.flags.f_contiguous:
             with cp.cuda.Device(v.device.id):
                 src_stream = cp.cuda.get_current_stream()
                 src_stream.wait_event(self._event(stream))
                 v = cp.ascontiguousarray(v)
                 stream.wait_event(self._event(src_stream))
-        out = cp.empty(v.shape, v.dtype)
+        # a byte copy into a buffer of the same layout: a transposed (Fortran-ordered) value stays so, as it
+        # is on the host, and the kernels reading it (matmul) give the same bits as on the sending device
+        out = cp.empty(v.shape, v.dtype, order="C" if v.flags.c_contiguous else "F")
         out.data.copy_from_device_async(v.data, v.nbytes, stream)
         stream.synchronize()     # the source may be freed once its Recv is done
         return out

@@ -252,9 +252,11 @@ class _MemoryPointer:
         dst, src = self.arr, src.arr
         stream = stream or get_current_stream()
         _check_ready(src, stream, "a device-to-device copy")
-        if size != src.nbytes or size != dst.nbytes or not src._a.flags.c_contiguous:
-            raise ValueError("copy_from_device_async of a whole contiguous buffer only")
-        dst._a[...] = src._a.reshape(dst._a.shape)
+        same = ((src._a.flags.c_contiguous and dst._a.flags.c_contiguous)
+                or (src._a.flags.f_contiguous and dst._a.flags.f_contiguous))
+        if size != src.nbytes or size != dst.nbytes or not same or src.shape != dst.shape:
+            raise ValueError("copy_from_device_async of a whole contiguous buffer into one of the same layout only")
+        dst._a[...] = src._a
         dst._stream, dst._seq = stream, stream.launch()
         if src._dev != dst._dev:
             _count(dst._dev, "peer")
@@ -451,8 +453,8 @@ def _wrap(r, dev, s, view_of=None):
         return StrictArray(r, dev, s, owner)
     if isinstance(r, np.generic):
         return StrictArray(np.asarray(r), dev, s)
-    if isinstance(r, (list, tuple)):
-        return type(r)(_wrap(v, dev, s, view_of) for v in r)
+    if isinstance(r, (list, tuple)):     # numpy's named tuples (slogdet, eigh, qr) are plain ones in cupy
+        return (list if isinstance(r, list) else tuple)(_wrap(v, dev, s, view_of) for v in r)
     return r
 
 
@@ -516,21 +518,43 @@ def asnumpy(a, stream=None):
     return a.get(stream=stream) if isinstance(a, StrictArray) else np.asarray(a)
 
 
+class _Broadcast:
+    """cupy.broadcast: the broadcast shape (and size, ndim) of device arrays; no iteration."""
+
+    def __init__(self, *arrays):
+        self.shape = np.broadcast_shapes(*(tuple(getattr(a, "shape", ())) for a in arrays))
+        self.nd = self.ndim = len(self.shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+
+
 _PASS = {"ndarray": StrictArray, "newaxis": None, "asarray": asarray, "array": array, "asnumpy": asnumpy,
-         "ascontiguousarray": ascontiguousarray, "get_default_memory_pool": get_default_memory_pool}
+         "ascontiguousarray": ascontiguousarray, "get_default_memory_pool": get_default_memory_pool,
+         "broadcast": _Broadcast}
+# numpy's submodules that cupy mirrors with device-array functions (cupy.linalg, cupy.fft)
+_SUBMODULES = ("linalg", "fft")
 
 
 class _Module(types.ModuleType):
-    """The array module of a strict device: numpy's API on device arrays (attributes made on first use)."""
+    """The array module of a strict device: numpy's API on device arrays (attributes made on first use);
+    `np_module` is the numpy module it mirrors (numpy, or numpy.linalg for `xp.linalg`)."""
+
+    def __init__(self, name, np_module=np):
+        super().__init__(name)
+        self._np = np_module
 
     def __getattr__(self, name):
-        if name in _PASS:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in _PASS and self._np is np:
             return _PASS[name]
-        v = getattr(np, name)
-        if isinstance(v, np.ufunc):
-            v = _Ufunc(v)
-        elif callable(v) and not isinstance(v, type):
-            v = (lambda f: lambda *a, **k: _call(f, a, k))(v)
+        if name in _SUBMODULES and self._np is np:
+            v = _Module(f"{self.__name__}.{name}", getattr(np, name))
+        else:
+            v = getattr(self._np, name)
+            if isinstance(v, np.ufunc):
+                v = _Ufunc(v)
+            elif callable(v) and not isinstance(v, type):
+                v = (lambda f: lambda *a, **k: _call(f, a, k))(v)
         setattr(self, name, v)
         return v
 

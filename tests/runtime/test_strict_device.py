@@ -120,3 +120,38 @@ def test_memory_stats_include_the_device_pool():
     s.call(np.ones(1000, np.float32))
     st = s.memory_stats()["strict:2"]
     assert st["peak"] >= 4000 and {"pool_used", "pool_held"} <= st.keys()
+
+
+def test_linalg_and_broadcast_run_on_device_arrays_like_cupy():
+    """xp.linalg and xp.broadcast take device arrays (cupy.linalg, cupy.broadcast); numpy.linalg refuses them."""
+    a = np.array([[4.0, 1.0], [1.0, 3.0]])
+    d = xp.asarray(a)
+    with pytest.raises(TypeError):
+        np.linalg.inv(d)
+    np.testing.assert_array_equal(xp.linalg.inv(d).get(), np.linalg.inv(a))
+    sign, logdet = xp.linalg.slogdet(d)
+    assert isinstance(logdet, xp.ndarray) and float(logdet) == np.linalg.slogdet(a)[1]
+    assert xp.broadcast(d, xp.asarray([1.0, 2.0])).shape == (2, 2)
+
+
+def test_linalg_and_take_along_axis_gradients_run_on_a_strict_device():
+    def f(x, i):
+        return dfc.linalg.inv(x), dfc.gradients(dfc.reduce_sum(dfc.take_along_axis(x, i, axis=1) ** 2), [x])[0]
+    g = dfc.trace(f, dfc.TensorSpec([2, 2], "float64"), dfc.TensorSpec([2, 1], "int64"))
+    x, i = np.array([[4.0, 1.0], [1.0, 3.0]]), np.array([[1], [0]])
+    want = dfc.Session(g, default_device="cpu:0").call(x, i)
+    got = dfc.Session(g, default_device="strict:0").call(x, i)
+    for a, w in zip(got, want):
+        np.testing.assert_array_equal(a, w)
+
+
+def test_a_transposed_value_copied_between_devices_keeps_its_layout_and_bits():
+    def f(t):
+        with dfc.device("strict:0"):
+            u = t[0].T                  # a Fortran-ordered view
+        with dfc.device("strict:1"):
+            return t.dot(u)             # numpy's dot of a 3-d and a 2-d array: its bits depend on u's layout
+    g = dfc.trace(f, dfc.TensorSpec([2, 3, 4], "float64"))
+    x = np.random.default_rng(0).normal(size=(2, 3, 4))
+    got = dfc.Session(g).call(x)
+    np.testing.assert_array_equal(got, dfc.Session(g, device_map={"strict:0": "cpu:0", "strict:1": "cpu:0"}).call(x))
