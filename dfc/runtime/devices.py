@@ -371,9 +371,14 @@ class GPUDevice(Device):
             raise DfcError(f"device {name} does not exist ({cp.cuda.runtime.getDeviceCount()} GPU(s))")
         with cp.cuda.Device(index):
             total = cp.cuda.runtime.memGetInfo()[1]
-            new = lambda: cp.cuda.Stream(non_blocking=True)    # noqa: E731
-            self.compute_stream, self.h2d_stream, self.d2h_stream = new(), new(), new()
-            self.swap_out_stream, self.swap_in_stream = new(), new()
+            streams = _STREAMS.get((id(cp), index))
+            if streams is None:
+                new = lambda: cp.cuda.Stream(non_blocking=True)    # noqa: E731
+                streams = _STREAMS.setdefault((id(cp), index), tuple(new() for _ in range(5)))
+        # One set of streams per GPU in this process, shared by every Session (TensorFlow: one compute stream
+        # per device): a Variable another Session's kernel is still writing is then read after that kernel,
+        # in stream order; with streams per Session, concurrent Sessions raced on shared Variables.
+        self.compute_stream, self.h2d_stream, self.d2h_stream, self.swap_out_stream, self.swap_in_stream = streams
         self._cp = cp
         super().__init__(name, capacity or total, track)
 
@@ -476,6 +481,9 @@ class GPUDevice(Device):
         with self._cp.cuda.Device(self.index):
             for s in (self.h2d_stream, self.compute_stream, self.d2h_stream):
                 s.synchronize()
+
+
+_STREAMS = {}    # (id(array module), GPU index) -> its compute, h2d, d2h, swap-out and swap-in streams
 
 
 class StrictDevice(GPUDevice):

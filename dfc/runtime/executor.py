@@ -456,6 +456,8 @@ class Run:
                 outs = (self.p.device.to_device(outs[0]),)
         elif self.p.kind[i] == ASYNC:
             del self.async_waits[(i, it.tag)]
+            if outs is not None and self.p.device is not None:     # a dequeue's host arrays, onto the device
+                outs = tuple(self.p.device.to_device(v) for v in outs)
         else:
             self.kernels_in_flight -= 1
         if exc is not None:

@@ -155,3 +155,48 @@ def test_a_transposed_value_copied_between_devices_keeps_its_layout_and_bits():
     x = np.random.default_rng(0).normal(size=(2, 3, 4))
     got = dfc.Session(g).call(x)
     np.testing.assert_array_equal(got, dfc.Session(g, device_map={"strict:0": "cpu:0", "strict:1": "cpu:0"}).call(x))
+
+
+def test_sessions_on_one_gpu_update_a_shared_variable_in_stream_order():
+    """Sessions share each GPU's streams: with a compute stream per Session, a Session read a Variable that
+    another Session's run had written on its own stream and not yet finished (lost updates on a GPU;
+    StreamOrderError here)."""
+    import threading
+    import time
+    from dfc.runtime import containers
+    total = dfc.Variable(np.int64(0), name="strict_total")
+    q = dfc.FIFOQueue(1, "int64", shapes=[])
+
+    held = dfc.Session(dfc.trace(lambda: (total.assign_add(np.int64(1)), q.dequeue())), default_device="strict:0")
+    add = dfc.Session(dfc.trace(lambda: total.assign_add(np.int64(10))), default_device="strict:0")
+    assert int(add.call()) == 10
+    var = total._resource()
+    before = var.value
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("out", held.call()), daemon=True)
+    t.start()
+    r = containers.get(q.container).lookup(q.shared_name)
+    deadline = time.monotonic() + 60
+    while not r.getters or var.value is before:     # assigned, and the run waits (its stream not finished)
+        assert time.monotonic() < deadline and t.is_alive()
+        time.sleep(0.005)
+    assert int(add.call()) == 21
+    q.enqueue(np.int64(7))
+    t.join(60)
+    assert int(box["out"][1]) == 7 and int(total.numpy()) == 21
+
+
+def test_queue_and_accumulator_elements_cross_sessions_and_devices():
+    """Queues and accumulators hold host copies: an element enqueued by one Session on strict:0 is dequeued
+    by another on strict:1 (before, the dequeuer read the other device's array: ValueError, or another
+    stream's array unordered), and gradients applied from a device are averaged on the host."""
+    q = dfc.FIFOQueue(4, "float32", shapes=[2])
+    acc = dfc.ConditionalAccumulator("float32", [2])
+    put = dfc.trace(lambda x: (q.enqueue(x * 2.0), acc.apply_grad(x, 0)), dfc.TensorSpec([2], "float32"))
+    for v in (1.0, 3.0):
+        dfc.Session(put, default_device="strict:0").call(np.full(2, v, np.float32))
+    got = dfc.Session(dfc.trace(lambda: (q.dequeue() + 1.0, q.dequeue_many(1) + 1.0, acc.take_grad(2) * 10.0)),
+                      default_device="strict:1").call()
+    np.testing.assert_array_equal(got[0], [3.0, 3.0])
+    np.testing.assert_array_equal(got[1], [[7.0, 7.0]])
+    np.testing.assert_array_equal(got[2], [20.0, 20.0])

@@ -25,6 +25,7 @@ import threading
 import numpy as np
 
 from dfc.errors import DfcError, DfcQueueTimeout, DfcRuntimeError
+from dfc.runtime.devices import is_device_array
 from dfc.runtime.kernels.registry import host, kernel
 from dfc.runtime.containers import AccumulatorResource, QueueResource
 
@@ -165,7 +166,10 @@ def elements_of(q, components, many, node_name=None):
         if q.shapes is not None and shape != q.shapes[k]:
             raise DfcRuntimeError(f"queue {q.name!r} component {k} has shape {list(q.shapes[k])}, got "
                                   f"{list(shape)}" + (" per element" if many else ""), node=node_name)
-    components = [c.copy() if isinstance(c, np.ndarray) else c for c in components]   # the queue's own
+    # the queue's own host copies: a queue is shared by Sessions, devices and tasks, so an element from a GPU
+    # is copied to the host here, on the enqueuing device's stream (ordered after the kernel that made it)
+    components = [c.get() if is_device_array(c) else c.copy() if isinstance(c, np.ndarray) else c
+                  for c in components]
     if not many:
         return [tuple(components)]
     n = {int(c.shape[0]) for c in components}
@@ -225,10 +229,10 @@ def _dequeue(node, xp):
         if n < 0:
             raise DfcRuntimeError(f"dequeue_many needs n >= 0, got {n}", node=node.name)
 
-        def convert(elements):
+        def convert(elements):      # host arrays: the executor copies them to the dequeuing device
             if many:
-                return stacked(q, elements, xp, node.name)
-            return tuple(xp.asarray(v) for v in elements[0])
+                return stacked(q, elements, np, node.name)
+            return tuple(np.asarray(v) for v in elements[0])
 
         def begin(done, fail):
             w = q.dequeue(n, _guarded(convert, done, fail), fail, node.name)
@@ -274,7 +278,7 @@ def _acc(h, node):
 @kernel("AccumulatorApplyGradient")
 def _apply_grad(node, xp):
     def f(ctx, a):
-        _acc(a[0], node).apply(a[2], int(host(a[1])), node.name)
+        _acc(a[0], node).apply(host(a[2]), int(host(a[1])), node.name)     # the accumulator sums on the host
         return ()
     return f
 
@@ -288,7 +292,7 @@ def _take_grad(node, xp):
             raise DfcError(f"take_grad needs num_required >= 1, got {n}", node=node.name)
 
         def begin(done, fail):
-            w = acc.take(n, lambda avg: done((xp.asarray(avg),)), fail, node.name)
+            w = acc.take(n, lambda avg: done((np.asarray(avg),)), fail, node.name)    # to the device: executor
             return lambda: acc.cancel(w)
         return Later(begin, node, _timeout(node), f"for {n} gradient(s) in accumulator {acc.name!r}")
     return f
