@@ -22,6 +22,7 @@ shard and training goes on from there, losing the updates made since).
 import argparse
 import os
 import signal
+import tempfile
 import threading
 import time
 
@@ -221,7 +222,9 @@ def main(argv=None):
     p.add_argument("--address", default=None, help="a Ray cluster to join (default: start a local one)")
     a = p.parse_args(argv)
     data = TASKS[a.task][0]()
-    c = dfc.cluster.connect(a.address, tasks={"ps": 1, "worker": 3}, log_to_driver=False)
+    # each ps task writes its checkpoint shards in its checkpoint directory (on its own machine)
+    c = dfc.cluster.connect(a.address, tasks={"ps": 1, "worker": 3}, log_to_driver=False,
+                            checkpoint_dir=tempfile.mkdtemp(prefix="dfc-distributed-training-"))
     rows = []
     try:
         if a.recovery:

@@ -57,11 +57,18 @@ class DataParallel:
     """Data-parallel training of Variables made with `variable()` on `cluster` (see the module docstring)."""
 
     def __init__(self, cluster, optimizer, mode="async", replicas_to_aggregate=None, name="dp",
-                 checkpoint_every=None, checkpoint_secs=None, wire_compression=None):
+                 checkpoint_every=None, checkpoint_secs=None, wire_compression=None, workers=None):
+        """workers: the worker tasks to train on (default: every `worker:K` task of the cluster)."""
         if mode not in MODES:
             raise DfcError(f"DataParallel mode must be 'async' or 'sync', not {mode!r}")
         tasks = cluster.tasks
         self.workers = sorted((t for t in tasks if t.startswith("worker:")), key=lambda t: int(t.split(":")[1]))
+        if workers is not None:
+            unknown = [w for w in workers if w not in self.workers]
+            if unknown or not workers:
+                raise DfcError(f"workers must be some of the cluster's worker tasks ({', '.join(self.workers)}), "
+                               f"got {list(workers)}")
+            self.workers = list(workers)
         self.ps = sorted((t for t in tasks if t.startswith("ps:")), key=lambda t: int(t.split(":")[1]))
         if not self.workers or not self.ps:
             raise DfcError(f"DataParallel needs worker and ps tasks; the cluster has {', '.join(tasks)}")

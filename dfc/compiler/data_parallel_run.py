@@ -10,6 +10,7 @@ Failures (course note, "checkpoints and recovery"):
   restores its newest shard (losing the updates made since; a task with no shard yet starts from the
   initial values), and every failed step is run again.
 """
+import logging
 import re
 import threading
 import time
@@ -20,6 +21,7 @@ from dfc.compiler.data_parallel import FOREVER, STOP
 from dfc.errors import DfcError
 
 _DIED = re.compile(r"task (\S+) died")
+log = logging.getLogger("dfc.train")      # the chief reports dead tasks here (stderr by default)
 
 
 def dead_task(error):
@@ -55,6 +57,8 @@ class _Recovery:
             if self.generation != generation:      # another thread brought the tasks back since
                 return
             self.open.clear()
+            log.warning("%s died (%s); restarting it and restoring its newest checkpoint shard", task,
+                        error.message.split(";")[0])
             try:
                 self.dp.cluster.restart(task)
                 try:
@@ -99,6 +103,16 @@ def run(dp, shards, steps, batch_size=None, delays=None, on_step=None, restart_f
     losses = [[] for _ in range(n)]
     recovery = _Recovery(dp, restart_failed)
     errors, stop, failed = [], threading.Event(), {}
+    sessions = dp.sessions + ([dp.chief] if dp.chief else [])
+
+    def halt(e):
+        """Stop the run with error e: the other threads' steps in flight (a worker waiting for a token, the
+        chief for gradients that will not come) are cancelled, so nothing hangs."""
+        errors.append(e)
+        if not stop.is_set():
+            stop.set()
+            for s in sessions:
+                s.cancel(f"the run stopped: {getattr(e, 'message', e)}")
     if dp.mode == "sync":
         dp.drain_tokens()
     start_step = int(dp.global_step.numpy())
@@ -144,19 +158,22 @@ def run(dp, shards, steps, batch_size=None, delays=None, on_step=None, restart_f
                 python_steps(k, i)
         except DfcError as e:
             if dead_task(e) != worker:
-                errors.append(e)
-                stop.set()
+                halt(e)
                 return
             failed[worker] = e.message
+            why = e.message.split(";")[0]
             if restart_failed and not stop.is_set():
+                log.warning("%s died (%s); restarting it", worker, why)
                 dp.cluster.restart(worker)
                 return work(k, len(losses[k]))
             if dp.mode == "sync" and n - len(failed) < dp.m:
-                errors.append(e)
-                stop.set()
+                halt(DfcError(f"sync training needs {dp.m} workers per update and only {n - len(failed)} are "
+                              f"left: {', '.join(failed)} died ({why}); pass restart_failed=True to restart "
+                              f"dead workers"))
+            else:
+                log.warning("%s died (%s); training goes on without it", worker, why)
         except Exception as e:   # noqa: BLE001 — raised in the caller's thread
-            errors.append(e)
-            stop.set()
+            halt(e)
 
     threads = [threading.Thread(target=work, args=(k,), daemon=True, name=f"dfc-dp-{w}")
                for k, w in enumerate(dp.workers)]
@@ -164,7 +181,7 @@ def run(dp, shards, steps, batch_size=None, delays=None, on_step=None, restart_f
         t.start()
     try:
         if dp.mode == "sync":
-            _chief(dp, recovery, target, errors)
+            _chief(dp, recovery, target, errors, halt)
         else:
             for t in threads:
                 while t.is_alive():
@@ -180,13 +197,12 @@ def run(dp, shards, steps, batch_size=None, delays=None, on_step=None, restart_f
             t.join(120)
     if errors:
         raise errors[0]
-    sessions = dp.sessions + ([dp.chief] if dp.chief else [])
     return {"losses": losses, "worker_steps": [len(x) for x in losses], "updates": int(dp.global_step.numpy()),
             "failed": failed, "recovered": recovery.events,
             "bytes_between_processes": sum(s.wire_stats()["bytes_sent"] for s in sessions)}
 
 
-def _chief(dp, recovery, target, errors):
+def _chief(dp, recovery, target, errors, halt):
     """Sync mode: run the chief's updates until the global step reaches `target`."""
     try:
         if dp.loop == "graph":
@@ -196,4 +212,5 @@ def _chief(dp, recovery, target, errors):
         while step < target and not errors:
             step = int(recovery.call(dp.chief.call))
     except Exception as e:   # noqa: BLE001 — reported like the workers' errors
-        errors.append(e)
+        if not errors:
+            halt(e)

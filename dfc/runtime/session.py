@@ -147,6 +147,7 @@ class Session:
             raise DfcError(f"wire_compression must be None or 'bfloat16', not {wire_compression!r}")
         self.wire_compression, self.object_store_bytes = wire_compression, object_store_bytes
         self._wire_bytes = 0
+        self._cluster_steps = set()     # cluster steps in flight (cancel() aborts them)
         if mode == "reference" and cluster is not None:
             raise DfcError("the reference interpreter runs in one process; a cluster needs mode='threads'")
         if self.placement is not None and (cluster is not None or any("/" in d for d in self.placement.values())):
@@ -252,6 +253,16 @@ class Session:
             runs[d] = Run(p, mine, self._context(dev), pool, Transport(d, rv, coord))
         return PartitionedRun(runs, plan.fetch_order).execute()
 
+    def cancel(self, reason="cancelled"):
+        """Abort this session's cluster steps in flight, e.g. steps waiting on a queue nobody will fill
+        any more: each raises DfcRuntimeError naming `reason`, and the tasks stay usable. Returns how
+        many steps were cancelled."""
+        with self._lock:
+            steps = list(self._cluster_steps)
+        for step in steps:
+            step.cancel(reason)
+        return len(steps)
+
     def wire_stats(self):
         """Bytes this session's steps sent between the processes of its cluster (after compression)."""
         return {"bytes_sent": self._wire_bytes, "compression": self.wire_compression}
@@ -328,8 +339,15 @@ class Session:
             from dfc.runtime.cluster.step import ClusterStep
             with self._lock:
                 self.run_count += 1
-            with self._observed():
-                values = ClusterStep(self, plan, feeds).execute()
+            step = ClusterStep(self, plan, feeds)
+            with self._lock:
+                self._cluster_steps.add(step)
+            try:
+                with self._observed():
+                    values = step.execute()
+            finally:
+                with self._lock:
+                    self._cluster_steps.discard(step)
             return nest.pack_sequence_as(fetches, [_to_numpy(v) for v in values])
         with self._lock:
             self.run_count += 1

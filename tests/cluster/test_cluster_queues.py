@@ -97,3 +97,23 @@ def test_an_accumulator_on_the_ps_averages_gradients_from_two_workers(c):
     np.testing.assert_allclose(taken.result(), [2.0, 3.0, 4.0])
     worker("worker:0").call(np.array([9.0, 9.0, 9.0], np.float32))      # step 0 < global step 1: stale
     assert int(acc.num_accumulated()) == 0
+
+
+def test_session_cancel_ends_a_step_waiting_on_an_empty_queue_and_the_tasks_stay_usable(c):
+    import time
+    with dfc.device("ps:0/cpu:0"):
+        q = dfc.FIFOQueue(4, "int32", shapes=[], shared_name="cluster_cancel")
+
+    def consume():
+        with dfc.device("worker:0/cpu:0"):
+            return q.dequeue() + 1
+    get = dfc.Session(dfc.trace(consume), cluster=c)
+    waiting = Background(get.call)
+    deadline = time.time() + WAIT_S
+    while not get._cluster_steps and time.time() < deadline:
+        time.sleep(0.01)
+    assert get.cancel("no producer any more") == 1
+    with pytest.raises(dfc.DfcError, match="cancelled: no producer any more"):
+        waiting.result()
+    q.enqueue(np.int32(41))
+    assert int(get.call()) == 42 and get.cancel() == 0

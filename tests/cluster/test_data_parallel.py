@@ -284,3 +284,33 @@ def test_a_worker_killed_inside_its_in_graph_loop_rejoins_where_it_was():
     lost = np.isnan(out["losses"][1]).sum()
     assert 5 <= lost < 150 and not np.isnan(out["losses"][0]).any()
     np.testing.assert_allclose(w.numpy(), [1.0, -2.0, 0.5, 3.0], atol=0.1)
+
+
+def test_sync_with_a_backup_worker_goes_on_when_a_worker_dies_and_m_of_n_cannot_be_met_is_an_error(caplog):
+    import os
+    import signal
+    import time
+    c = cluster()
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="sync", replicas_to_aggregate=1, name="dpsyncdie")
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y])
+    pid = c.pid("worker:1")
+
+    def kill_once(k, i, _loss):
+        if k == 1 and i == 3:
+            os.kill(pid, signal.SIGKILL)
+    with caplog.at_level("WARNING", logger="dfc.train"):
+        out = dp.run([data(31, 64), data(32, 64)], steps=30, batch_size=16, on_step=kill_once)
+    assert out["updates"] == 30 and "worker:1" in out["failed"]
+    assert any("worker:1 died" in r.getMessage() for r in caplog.records)
+    # m = n = 2 with worker:1 dead: no update can be made; a DfcError, not a hang
+    c.restart("worker:1")
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="sync", name="dpsyncdie2")
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y])
+    pid = c.pid("worker:1")
+    t0 = time.time()
+    with pytest.raises(dfc.DfcError, match="worker:1"):
+        dp.run([data(31, 64), data(32, 64)], steps=30, batch_size=16, on_step=kill_once)
+    assert time.time() - t0 < 60
+    c.restart("worker:1")

@@ -70,6 +70,7 @@ class ClusterStep:
         self.polls_lock = threading.Lock()
         self.dead = {}              # task -> why
         self.over = threading.Event()
+        self.cancelled = None       # the reason, once Session.cancel asked this step to stop
 
     # ------------------------------------------------------------------ run
     def execute(self):
@@ -182,6 +183,8 @@ class ClusterStep:
                 if task in pending.values():
                     return self._fail(DfcRuntimeError(f"task {task} died during the step ({why}); "
                                                       f"{self._waiting_on(task)}", node=self._node_on(task)))
+            if self.cancelled is not None:
+                return self._fail(DfcRuntimeError(f"the step was cancelled: {self.cancelled}"))
             last, stuck = self._quiescent(last, pending, local_thread)
             if stuck:
                 return self._fail(self._deadlock())
@@ -208,6 +211,8 @@ class ClusterStep:
                 counts["sent"], counts["received"])
         if not (idle and sent == received):
             return None, False
+        if pending and all(status[t][1]["done"] for t in pending.values()):
+            return None, False       # every part is over: the results are on their way
         if last is None:
             return (rounds, snap), False
         prev_rounds, prev_snap = last
@@ -236,6 +241,10 @@ class ClusterStep:
                                 node=first)
 
     # ------------------------------------------------------------------ failure
+    def cancel(self, reason):
+        """Stop waiting: the step ends (within a poll interval) with a DfcRuntimeError naming reason."""
+        self.cancelled = str(reason)
+
     def _fail(self, error):
         """Abort the step on every task and on the chief; the error is what the caller sees."""
         for task in self.plan.remote:

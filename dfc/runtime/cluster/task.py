@@ -27,12 +27,17 @@ from dfc.runtime.rendezvous import Aborted, Coordinator
 FINISHED_KEPT = 256          # step ids remembered as finished: late messages for them are dropped
 
 
+def _actor_id(handle):
+    return getattr(handle, "_actor_id", None) or id(handle)
+
+
 class _Step:
-    __slots__ = ("rv", "coord", "runs", "counters", "started", "done")
+    __slots__ = ("rv", "coord", "runs", "counters", "started", "done", "aborted")
 
     def __init__(self, rv, counters):
         self.rv, self.counters = rv, counters
         self.coord, self.runs, self.started, self.done = None, {}, time.monotonic(), False
+        self.aborted = None     # the reason, when an abort came before the step's runs were made
 
 
 def error_info(e):
@@ -69,12 +74,15 @@ class Task:
     def connect(self, peers):
         """peers: task name -> actor handle of every other task."""
         for name, handle in peers.items():
-            if name != self.name:
-                old = self.outboxes.pop(name, None)
-                if old is not None:
-                    old.close()
-                self.peers[name] = handle
-                self.outboxes[name] = Outbox(handle, name)
+            if name == self.name:
+                continue
+            old = self.peers.get(name)
+            if old is not None and _actor_id(old) == _actor_id(handle) and name in self.outboxes:
+                continue            # the same process: keep its outbox (steps in flight are using it)
+            self.peers[name] = handle
+            box, self.outboxes[name] = self.outboxes.get(name), Outbox(handle, name)   # swapped, never missing
+            if box is not None:
+                box.close()
         return True
 
     def has_graphs(self, hashes):
@@ -150,7 +158,11 @@ class Task:
                 pool = None if device.kind == "gpu" else self.pool
                 runs[dev] = Run(plan, mine, ctx, pool, Transport(dev, st.rv, coord))
                 order += [(dev, k) for k in range(len(fetches))]
-            st.coord, st.runs = coord, runs
+            with self.lock:
+                st.coord, st.runs = coord, runs
+                reason = st.aborted
+            if reason is not None:       # the chief aborted the step while it was being set up
+                coord.abort(reason)
             values = PartitionedRun(runs, order).execute()
             out = {"values": values, **st.counters.snapshot()}
             if trace is not None:
@@ -171,8 +183,9 @@ class Task:
         message counts, and whether this task's part of the step is over."""
         with self.lock:
             st = self.steps.get(step)
-        if st is None:
-            return {"idle": True, "done": step in self.finished, "sent": 0, "received": 0}
+        if st is None:      # not started yet (its run_step is still on its way: not idle) or long over
+            over = step in self.finished
+            return {"idle": over, "done": over, "sent": 0, "received": 0}
         counts = st.counters.snapshot()
         coord = st.coord
         idle = st.done or (coord is not None and coord.idle())
@@ -195,17 +208,27 @@ class Task:
         """Stop this task's part of the step (another task failed, or the step is deadlocked)."""
         with self.lock:
             st = self.steps.get(step)
-        if st is not None and st.coord is not None:
-            st.coord.abort(reason)
+            if st is None:          # run_step has not started it: when it comes, it ends at once
+                self._finish(step)
+                return True
+            st.aborted, coord = reason, st.coord
+        if coord is not None:
+            coord.abort(reason)
         return True
+
+    def _finish(self, step):
+        self.finished[step] = True
+        while len(self.finished) > FINISHED_KEPT:
+            self.finished.popitem(last=False)
 
     def end_step(self, step):
         """Forget a step (late messages for it are dropped)."""
         with self.lock:
-            self.steps.pop(step, None)
-            self.finished[step] = True
-            while len(self.finished) > FINISHED_KEPT:
-                self.finished.popitem(last=False)
+            st = self.steps.pop(step, None)
+            self._finish(step)
+            coord = st.coord if st is not None and not st.done else None
+        if coord is not None:       # still running (e.g. a dequeue nobody will feed): stop it
+            coord.abort("the step ended on the chief")
         self.chief_box.drop(step)
         return True
 
