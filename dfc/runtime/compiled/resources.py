@@ -46,8 +46,8 @@ def _typed_list(items, dtype, ndim):
 
     from dfc.runtime.compiled import helpers as H
     if items and not (ndim == 0 and set(map(type, items)) == {dtype.type}):     # (numpy scalars: quick)
-        try:
-            if {(v.dtype, v.ndim) for v in items} != {(dtype, ndim)}:
+        try:        # host values of this dtype and rank only (a device array stays on the fused path)
+            if {(isinstance(v, (np.ndarray, np.generic)), v.dtype, v.ndim) for v in items} != {(True, dtype, ndim)}:
                 return None
         except AttributeError:
             return None
