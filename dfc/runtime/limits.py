@@ -30,6 +30,7 @@ import numpy as np
 
 from dfc.errors import DfcError, DfcOutOfMemory, DfcRuntimeError
 from dfc.ir import ops as opreg
+from dfc.runtime.devices import is_device_array
 from dfc.runtime.kernels.registry import host
 from dfc.runtime.rendezvous import Aborted
 
@@ -80,11 +81,11 @@ class MemoryLimit:
             raise self._over(node, op, nbytes)
 
     def track(self, v, node, op):
-        """Count array v until it is collected."""
-        if type(v) is not np.ndarray:
+        """Count array v (numpy, or a GPU's device array) until it is collected."""
+        if type(v) is not np.ndarray and not is_device_array(v):
             return
         b = v
-        while isinstance(b.base, np.ndarray):
+        while isinstance(b.base, np.ndarray) or is_device_array(b.base):
             b = b.base
         n = b.nbytes
         if n < TRACK_BYTES or id(b) in self.counted:     # an Identity passes on a counted array
@@ -96,7 +97,10 @@ class MemoryLimit:
             self.in_use += n
             self.peak = max(self.peak, self.in_use)
             over = self.in_use + self.run_bytes > self.limit
-        weakref.finalize(b, self._free, id(b))
+        try:
+            weakref.finalize(b, self._free, id(b))
+        except TypeError:       # an array type without weak references: count it for this call only
+            self._free(id(b))
         if over:
             raise self._over(node, op, n)
 

@@ -1,4 +1,6 @@
 """The strict cupy double (dfc/runtime/strict.py) and the `strict:N` devices built on it."""
+import gc
+
 import numpy as np
 import pytest
 
@@ -200,3 +202,23 @@ def test_queue_and_accumulator_elements_cross_sessions_and_devices():
     np.testing.assert_array_equal(got[0], [3.0, 3.0])
     np.testing.assert_array_equal(got[1], [[7.0, 7.0]])
     np.testing.assert_array_equal(got[2], [20.0, 20.0])
+
+
+def test_a_memory_limit_counts_device_arrays():
+    """Session(memory_limit=) counts the arrays kernels return on a GPU too (it followed numpy arrays only:
+    16 MB of device arrays passed a 4 MB limit)."""
+    def f(n):
+        ta = dfc.TensorArray("float64")
+        body = lambda i, ta: (i + 1, ta.write(i, dfc.zeros([1000], "float64")))   # noqa: E731
+        return dfc.while_loop(lambda i, ta: i < n, body, (0, ta))[1].stack()
+    g = dfc.trace(f, dfc.TensorSpec([], "int64"))
+    s = dfc.Session(g, memory_limit="4MB", default_device="strict:0")
+    assert s.call(np.int64(10)).shape == (10, 1000)
+    try:
+        s.call(np.int64(2000))
+        raise AssertionError("DfcOutOfMemory not raised")
+    except dfc.DfcOutOfMemory as e:
+        assert "memory limit of 4000000 bytes" in str(e)
+        e.__traceback__ = None          # its frames would keep the failed run's arrays alive
+    gc.collect()
+    assert s.call(np.int64(10)).shape == (10, 1000)     # the limit counts what is held now
