@@ -60,11 +60,7 @@ def train(xs, lengths, ys, steps):
     losses = dfc.TensorArray("float64")
     for k in range(steps):
         loss = loss_fn(xs, lengths, ys)
-        # opt.minimize(loss, PARAMS) would do, but with an unknown batch size dfc infers the gradients'
-        # static shapes as e.g. [8, None] and Variable.assign rejects them (dfc bug, reported), so the
-        # gradients are reshaped to the variables' shapes first.
-        grads = dfc.gradients(loss, PARAMS)
-        opt.apply_gradients([(dfc.reshape(g, v.shape), v) for g, v in zip(grads, PARAMS)])
+        opt.minimize(loss, PARAMS)
         losses = losses.write(k, loss)
     return losses.stack()
 
