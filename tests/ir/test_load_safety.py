@@ -571,6 +571,8 @@ def _endless_partitioned_loop(body_device):
     return dfc.trace(f, F32, I64)
 
 
+@pytest.mark.host_devices("the loop counter's cpu:0 partition runs ahead of the body's cpu:1 one; on a slower "
+                         "device it does not, and the endless loop holds bounded memory")
 def test_a_partitioned_loop_that_never_ends_hits_the_memory_limit():
     # The loop counter's device runs ahead of the body's and sends it a predicate per iteration: the
     # values waiting in the rendezvous grew without bound (6 MB/s here) and the limit did not see them.

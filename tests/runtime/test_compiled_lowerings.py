@@ -8,6 +8,10 @@ import pytest
 import dfc
 from tests.conftest import run_all_modes
 
+# numba compiles loop frames to CPU machine code; frames on a GPU are fused instead (compile_loops has no
+# effect there), so these tests of what compiles keep cpu:0 as the default device under DFC_TEST_DEVICE
+pytestmark = pytest.mark.host_devices("numba-compiled loop frames are CPU machine code")
+
 pytest.importorskip("numba")
 
 

@@ -13,6 +13,10 @@ from dfc.runtime.session import default_num_threads
 
 from tests.conftest import run_all_modes
 
+# iterations overlap on the CPU thread pool; a GPU runs its kernels in order on one compute stream and its
+# loops fused, so these tests of overlapping keep cpu:0 as the default device under DFC_TEST_DEVICE
+pytestmark = pytest.mark.host_devices("iterations overlapping on the CPU thread pool")
+
 REAL_OVERLAP_WORK = overlap.OVERLAP_WORK
 N = 128          # matmuls big enough for the kernel pool (executor.HEAVY_ELEMENTS); the overlap threshold is
                  # lowered to one such matmul so the tests stay fast (the real one is ~400**3)
