@@ -11,8 +11,14 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# DFC_TEST_DEVICE=strict|gpu: children start with tests/device_site/sitecustomize.py, which places their
+# Sessions on that device as tests/conftest.py places the test process's
+DEVICE_SITE = os.path.join(ROOT, "tests", "device_site")
+
+
 def environ(env=None):
-    return dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
+    path = ROOT if os.environ.get("DFC_TEST_DEVICE", "cpu") == "cpu" else os.pathsep.join([DEVICE_SITE, ROOT])
+    return dict(os.environ, PYTHONPATH=path, **(env or {}))
 
 
 def python(*args, cwd=ROOT, env=None, **kw):
