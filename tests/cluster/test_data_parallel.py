@@ -314,3 +314,19 @@ def test_sync_with_a_backup_worker_goes_on_when_a_worker_dies_and_m_of_n_cannot_
         dp.run([data(31, 64), data(32, 64)], steps=30, batch_size=16, on_step=kill_once)
     assert time.time() - t0 < 60
     c.restart("worker:1")
+
+
+def test_the_data_parallel_benchmark_runs_each_kind_of_row():
+    pytest.importorskip("sklearn")
+    from benchmarks import data_parallel as bench
+    c = cluster()
+    dt = bench.sample()
+    data = dt.load()
+    for mode, m, delay in (("async", None, 0.01), ("sync", 1, 0.01)):
+        r = bench.one_run(c, dt, data, ["worker:0", "worker:1"], mode, m, delay, 20, f"bdptest{mode}")
+        assert r["updates_per_s"] > 0 and r["median_step_s"] > 0 and 0.5 < r["accuracy"] <= 1
+        assert r["bytes_per_worker_step"] > 0 and len(r["worker_steps"]) == 2
+    rows = [{"workers": 2, "mode": "sync", "m": 2, "straggler": False, "updates_per_s": {"median": 20.0}},
+            {"workers": 2, "mode": "sync", "m": 2, "straggler": True, "updates_per_s": {"median": 10.0}},
+            {"workers": 2, "mode": "sync", "m": 1, "straggler": True, "updates_per_s": {"median": 15.0}}]
+    assert bench.recovered(rows) == {2: 0.5}
