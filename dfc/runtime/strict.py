@@ -106,6 +106,9 @@ class Stream:
     def __hash__(self):
         return id(self)
 
+    def __reduce__(self):       # cupy's streams do not pickle: one cannot be sent to another process
+        raise TypeError("a cupy.cuda.Stream cannot be pickled")
+
     def launch(self):
         self.seq += 1
         return self.seq
@@ -144,6 +147,9 @@ class Event:
 
     def __init__(self, block=False, disable_timing=False, interprocess=False):
         self.stream, self.covers = None, {}
+
+    def __reduce__(self):       # cupy's events do not pickle either (a Sent must cross processes as host data)
+        raise TypeError("a cupy.cuda.Event cannot be pickled")
 
     def record(self, stream=None):
         stream = stream or get_current_stream()
@@ -319,6 +325,9 @@ class StrictArray:
         if blocking:        # cupy synchronizes the stream it copied on
             stream.synchronize()
         return np.array(self._a, copy=True)
+
+    def __reduce__(self):       # as cupy's: the data pickles as a host copy, and unpickles onto the current device
+        return asarray, (self.get(),)
 
     def set(self, arr, stream=None):
         if not isinstance(arr, np.ndarray):

@@ -222,3 +222,16 @@ def test_a_memory_limit_counts_device_arrays():
         e.__traceback__ = None          # its frames would keep the failed run's arrays alive
     gc.collect()
     assert s.call(np.int64(10)).shape == (10, 1000)     # the limit counts what is held now
+
+
+def test_arrays_pickle_as_host_data_and_streams_and_events_do_not_pickle_like_cupys():
+    import pickle
+    a = xp.asarray(np.arange(3.0))
+    b = pickle.loads(pickle.dumps(a))
+    assert isinstance(b, xp.ndarray) and b.get().tolist() == [0.0, 1.0, 2.0]
+    event = xp.cuda.Event()
+    event.record(xp.cuda.get_current_stream())
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(event)             # a value sent to another process must travel as host data
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(xp.cuda.Stream(non_blocking=True))
