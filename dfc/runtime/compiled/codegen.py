@@ -1,8 +1,11 @@
 """numba source for one loop frame (its conds and nested loops inlined), from the fused path's analysis.
 
-The generated function `run(e0, e1, ..., K, LP)` takes the frame's Enter values (rank-0 tensors as
-numpy scalars, others as C-contiguous arrays), the frame's constant arrays K and numpy loop addresses LP
-(npcall.py), runs every iteration, and returns the Exit values followed by one dead flag per Exit. It
+The generated function `run(e0, e1, ..., K, LP, R)` takes the frame's Enter values (rank-0 tensors as
+numpy scalars, others as C-contiguous arrays, resource handles as their typed stand-ins: RESOURCE_USES),
+the frame's constant arrays K, numpy loop addresses LP (npcall.py) and R = [run count, *the call's frame
+tag] (for kernels called back in object mode: Emit.kernel_call), runs every iteration, and returns the
+Exit values followed by one dead flag per Exit. Each frame counts its iterations (`it<fid>`, the fused
+path's tag). It
 follows dfc/runtime/fused.py item for item: the same order, the same body/non-body split, the same
 deadness. A value that a cond can make dead carries a bool `d<node>_<port>` beside it (dead values hold a
 typed placeholder, never read); a node with a dead input is skipped and its outputs are dead; Switch and

@@ -6,7 +6,9 @@ gives the node, its input expressions `e.args` and static types `e.ins` / `e.out
 and emits numba-compatible statements. A rank-0 tensor is a numpy scalar of its dtype in compiled code,
 any other a C-contiguous array; every result must have exactly the dtype and rank of the op's kernel
 result (numba promotes scalars differently from numpy, so lowerings cast explicitly) and exactly its bits
-(where numba's own math differs, `e.loop` calls numpy's inner loop: dfc/runtime/compiled/npcall.py).
+(where numba's own math differs, `e.loop` calls numpy's inner loop: dfc/runtime/compiled/npcall.py;
+where nothing in numba can give the kernel's results, `e.kernel_call` calls the kernel itself in numba's
+object mode, e.g. random draws).
 
 A lowering that cannot handle a node (its attrs or input types) raises Unsupported; an op without a
 lowering, or a node whose lowering refuses, keeps its frame on the fused Python path, and
