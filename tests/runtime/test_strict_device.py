@@ -103,7 +103,8 @@ def test_a_gpu_out_of_memory_is_a_dfc_error_and_the_session_stays_usable():
     pool = xp.get_default_memory_pool()
     limit = pool.get_limit()
     try:
-        pool.set_limit(size=1 << 20)        # the device's real memory: 1 MiB; dfc's own count allows more
+        # the device's real memory: 1 MiB more than earlier tests' Variables hold; dfc's own count allows more
+        pool.set_limit(size=pool.used_bytes() + (1 << 20))
         s = dfc.Session(g, default_device="strict:0", memory_caps={"strict:0": 1 << 30})
         assert s.call(np.int32(100)) == 10000.0
         before = pool.used_bytes()          # the plan's constants
