@@ -319,3 +319,20 @@ def test_a_traced_cluster_step_has_a_lane_per_task_device_inside_the_run(c, tmp_
     slack = 20e3      # µs: the tasks' clocks are aligned through the wall clock
     for e in spans:
         assert run["ts"] - slack <= e["ts"] and e["ts"] + e["dur"] <= run["ts"] + run["dur"] + slack
+
+
+def test_a_gpu_partition_sends_to_other_processes_through_host_memory(c):
+    """The chief's strict:0 (the cupy double: device arrays and events that do not pickle) sends to a task
+    and receives from it, inside a loop; the result equals one process."""
+    def f(x):
+        def body(i, v):
+            with dfc.device("strict:0"):
+                y = dfc.tanh(v * 1.5) + 0.25
+            with dfc.device("worker:0/cpu:0"):
+                z = y * 2.0 - 0.1
+            return i + 1, z
+        return dfc.while_loop(lambda i, v: i < 4, body, (0, x))[1]
+    g = dfc.trace(f, dfc.TensorSpec([3], "float32"))
+    x = np.array([0.1, -0.4, 0.7], np.float32)
+    got = dfc.Session(g, cluster=c).call(x)
+    same(got, one_process(g, x))

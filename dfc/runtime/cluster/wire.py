@@ -20,7 +20,9 @@ import threading
 
 import numpy as np
 
-from dfc.runtime.devices import split_task
+from dfc.errors import DfcRuntimeError
+from dfc.runtime.devices import Sent, is_device_array, split_task
+from dfc.runtime.values import DEAD
 from dfc.runtime.rendezvous import Rendezvous
 
 COMPRESSIONS = (None, "bfloat16")
@@ -127,6 +129,22 @@ class Outbox:
                 pass
 
 
+def leaving(value):
+    """A value about to leave its process, in host memory: a GPU partition's Send carries the device array
+    and an event recorded after the work producing it, and neither pickles; wait for the event, then copy
+    the array to the host (the receiving process copies it onto its own device)."""
+    if isinstance(value, Sent):
+        if value.event is not None:
+            value.event.synchronize()
+        value = value.value
+    value = value.get() if is_device_array(value) else value
+    if not (value is DEAD or isinstance(value, (np.ndarray, np.generic))):
+        # the outbox thread would fail to pickle it and the message would be lost: fail the Send instead
+        raise DfcRuntimeError(f"a {type(value).__name__} cannot be sent to another process (only arrays "
+                              f"cross between tasks; keep resources such as TensorArrays on one task)")
+    return value
+
+
 class StepRendezvous:
     """The rendezvous of one step in one process of a cluster (see the module docstring).
 
@@ -143,7 +161,7 @@ class StepRendezvous:
         if dest == self.me:
             self.local.send(key, value)
             return
-        v, nbytes = encode(value, self.compression)
+        v, nbytes = encode(leaving(value), self.compression)
         stored = False
         if self.store_bytes is not None and nbytes >= self.store_bytes and isinstance(v, np.ndarray):
             import ray
