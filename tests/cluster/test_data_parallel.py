@@ -27,11 +27,27 @@ def linear_model(dp):
     return w, b, loss
 
 
+def linear_dp(c, lr=0.05, loop="python", **kw):
+    """A DataParallel(**kw) of linear_model on cluster c, compiled; (dp, w, b)."""
+    dp = dfc.train.DataParallel(c, dfc.train.SGD(lr), **kw)
+    w, b, loss = linear_model(dp)
+    dp.compile(loss, [X, Y], loop=loop)
+    return dp, w, b
+
+
+def kill_at(pid, worker, step):
+    """An on_step callback that SIGKILLs process pid after worker index `worker` finished step `step`."""
+    import os
+    import signal
+
+    def on_step(k, i, _loss):
+        if k == worker and i == step:
+            os.kill(pid, signal.SIGKILL)
+    return on_step
+
 def test_sync_with_all_workers_equals_sgd_on_the_concatenated_batch():
     c = cluster()
-    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="sync")
-    w, b, loss = linear_model(dp)
-    dp.compile(loss, [X, Y])
+    dp, w, b = linear_dp(c, mode="sync")
     shards = [data(1), data(2)]
     out = dp.run(shards, steps=5)
     assert out["updates"] == 5
@@ -54,9 +70,7 @@ def test_sync_with_all_workers_equals_sgd_on_the_concatenated_batch():
 
 def test_async_workers_train_the_shared_parameters_without_waiting():
     c = cluster()
-    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="async")
-    w, b, loss = linear_model(dp)
-    dp.compile(loss, [X, Y])
+    dp, w, b = linear_dp(c, mode="async")
     out = dp.run([data(3, 64), data(4, 64)], steps=60, batch_size=16)
     assert out["worker_steps"] == [60, 60] and out["updates"] == 120
     np.testing.assert_allclose(w.numpy(), [1.0, -2.0, 0.5, 3.0], atol=0.05)
@@ -65,9 +79,7 @@ def test_async_workers_train_the_shared_parameters_without_waiting():
 
 def test_sync_with_a_backup_worker_goes_at_the_fast_workers_pace():
     c = cluster()
-    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="sync", replicas_to_aggregate=1)
-    w, b, loss = linear_model(dp)
-    dp.compile(loss, [X, Y])
+    dp, w, b = linear_dp(c, mode="sync", replicas_to_aggregate=1)
     out = dp.run([data(5), data(6)], steps=12, delays=[0.0, 0.5])    # worker:1 is a straggler
     assert out["updates"] == 12
     assert out["worker_steps"][1] < out["worker_steps"][0]              # the update never waited for it
@@ -117,18 +129,12 @@ def test_the_recovery_sample_survives_a_killed_worker_and_a_killed_ps():
 
 
 def test_a_killed_worker_does_not_stop_async_training_and_rejoins_after_a_restart():
-    import os
-    import signal
     c = cluster()
-    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="async")
-    w, b, loss = linear_model(dp)
-    dp.compile(loss, [X, Y])
+    dp, w, b = linear_dp(c, mode="async")
     pid = c.pid("worker:1")
 
-    def kill_once(k, i, _loss):
-        if k == 1 and i == 4:
-            os.kill(pid, signal.SIGKILL)
-    out = dp.run([data(7, 64), data(8, 64)], steps=30, batch_size=16, on_step=kill_once, restart_failed=True)
+    out = dp.run([data(7, 64), data(8, 64)], steps=30, batch_size=16, on_step=kill_at(pid, 1, 4),
+                 restart_failed=True)
     assert "worker:1" in out["failed"] and "died" in out["failed"]["worker:1"]
     assert out["worker_steps"] == [30, 30] and c.pid("worker:1") != pid          # it rejoined and finished
     np.testing.assert_allclose(w.numpy(), [1.0, -2.0, 0.5, 3.0], atol=0.2)
@@ -136,9 +142,7 @@ def test_a_killed_worker_does_not_stop_async_training_and_rejoins_after_a_restar
 
 def test_ps_shards_are_saved_without_coordination_and_restored_after_a_ps_restart():
     c = cluster()
-    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="sync", checkpoint_every=2, name="dpck")
-    w, b, loss = linear_model(dp)
-    dp.compile(loss, [X, Y])
+    dp, w, b = linear_dp(c, mode="sync", checkpoint_every=2, name="dpck")
     dp.run([data(9), data(10)], steps=4)          # shards saved at updates 2 and 4
     w4, b4 = w.numpy(), b.numpy()
     assert dp.global_step.numpy() == 4
@@ -153,10 +157,7 @@ def test_bfloat16_wire_halves_the_bytes_a_training_step_moves():
     c = cluster()
     moved = {}
     for comp in (None, "bfloat16"):
-        dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="async", wire_compression=comp,
-                                    name=f"dpwire{comp}")
-        w, b, loss = linear_model(dp)
-        dp.compile(loss, [X, Y])
+        dp, w, b = linear_dp(c, mode="async", wire_compression=comp, name=f"dpwire{comp}")
         out = dp.run([data(11), data(12)], steps=3)
         moved[comp] = out["bytes_between_processes"]
     assert moved[None] > 0 and moved["bfloat16"] <= 0.6 * moved[None]
@@ -184,9 +185,7 @@ def single_process_sgd(shards, steps, lr):
 def test_in_graph_sync_loop_with_a_schedule_equals_sgd_on_the_concatenated_batch():
     c = cluster()
     lr = dfc.train.exponential_decay(0.08, 2, 0.5, staircase=True)     # reads dp.global_step
-    dp = dfc.train.DataParallel(c, dfc.train.SGD(lr), mode="sync", name="dpgraphsync")
-    w, b, loss = linear_model(dp)
-    dp.compile(loss, [X, Y], loop="graph")
+    dp, w, b = linear_dp(c, lr=lr, loop="graph", mode="sync", name="dpgraphsync")
     shards = [data(21), data(22)]
     out = dp.run(shards, steps=5)
     assert out["updates"] == 5 and all(s >= 5 for s in out["worker_steps"])
@@ -199,9 +198,7 @@ def test_in_graph_sync_loop_with_a_schedule_equals_sgd_on_the_concatenated_batch
 
 def test_in_graph_async_loop_trains_and_slices_minibatches_in_the_graph():
     c = cluster()
-    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="async", name="dpgraphasync")
-    w, b, loss = linear_model(dp)
-    dp.compile(loss, [X, Y], loop="graph")
+    dp, w, b = linear_dp(c, loop="graph", mode="async", name="dpgraphasync")
     out = dp.run([data(23, 64), data(24, 64)], steps=60, batch_size=16)
     assert out["worker_steps"] == [60, 60] and out["updates"] == 120
     assert out["losses"][0][-1] < 0.05 * out["losses"][0][0]
@@ -214,9 +211,7 @@ def test_a_killed_ps_stops_the_run_naming_it_or_is_restored_from_its_newest_shar
     import os
     import signal
     c = cluster()
-    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="sync", checkpoint_every=3, name="dppskill")
-    w, b, loss = linear_model(dp)
-    dp.compile(loss, [X, Y])
+    dp, w, b = linear_dp(c, mode="sync", checkpoint_every=3, name="dppskill")
     shards = [data(25, 64), data(26, 64)]
     killed = []
 
@@ -243,9 +238,7 @@ def test_a_killed_ps_stops_the_run_naming_it_or_is_restored_from_its_newest_shar
 def test_ps_tasks_save_every_t_seconds_on_their_own_clock():
     import time
     c = cluster()
-    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="async", checkpoint_secs=0.3, name="dpsecs")
-    w, b, loss = linear_model(dp)
-    dp.compile(loss, [X, Y])
+    dp, w, b = linear_dp(c, mode="async", checkpoint_secs=0.3, name="dpsecs")
     t0 = time.time()
     dp.run([data(27), data(28)], steps=12, delays=[0.05, 0.05])
     took = time.time() - t0
@@ -264,9 +257,7 @@ def test_a_worker_killed_inside_its_in_graph_loop_rejoins_where_it_was():
     import threading
     import time
     c = cluster()
-    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.02), mode="async", name="dpgraphkill")
-    w, b, loss = linear_model(dp)
-    dp.compile(loss, [X, Y], loop="graph")
+    dp, w, b = linear_dp(c, lr=0.02, loop="graph", mode="async", name="dpgraphkill")
     pid, counter = c.pid("worker:1"), dp.worker_steps["worker:1"]
     start = int(counter.numpy())
 
@@ -287,31 +278,21 @@ def test_a_worker_killed_inside_its_in_graph_loop_rejoins_where_it_was():
 
 
 def test_sync_with_a_backup_worker_goes_on_when_a_worker_dies_and_m_of_n_cannot_be_met_is_an_error(caplog):
-    import os
-    import signal
     import time
     c = cluster()
-    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="sync", replicas_to_aggregate=1, name="dpsyncdie")
-    w, b, loss = linear_model(dp)
-    dp.compile(loss, [X, Y])
+    dp, w, b = linear_dp(c, mode="sync", replicas_to_aggregate=1, name="dpsyncdie")
     pid = c.pid("worker:1")
-
-    def kill_once(k, i, _loss):
-        if k == 1 and i == 3:
-            os.kill(pid, signal.SIGKILL)
     with caplog.at_level("WARNING", logger="dfc.train"):
-        out = dp.run([data(31, 64), data(32, 64)], steps=30, batch_size=16, on_step=kill_once)
+        out = dp.run([data(31, 64), data(32, 64)], steps=30, batch_size=16, on_step=kill_at(pid, 1, 3))
     assert out["updates"] == 30 and "worker:1" in out["failed"]
     assert any("worker:1 died" in r.getMessage() for r in caplog.records)
     # m = n = 2 with worker:1 dead: no update can be made; a DfcError, not a hang
     c.restart("worker:1")
-    dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="sync", name="dpsyncdie2")
-    w, b, loss = linear_model(dp)
-    dp.compile(loss, [X, Y])
+    dp, w, b = linear_dp(c, mode="sync", name="dpsyncdie2")
     pid = c.pid("worker:1")
     t0 = time.time()
     with pytest.raises(dfc.DfcError, match="worker:1"):
-        dp.run([data(31, 64), data(32, 64)], steps=30, batch_size=16, on_step=kill_once)
+        dp.run([data(31, 64), data(32, 64)], steps=30, batch_size=16, on_step=kill_at(pid, 1, 3))
     assert time.time() - t0 < 60
     c.restart("worker:1")
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import dfc
+from tests.compiledtools import _no_compile_budget  # noqa: F401 (autouse fixture)
 from tests.conftest import run_all_modes
 
 # numba compiles loop frames to CPU machine code; frames on a GPU are fused instead (compile_loops has no
@@ -21,15 +22,6 @@ pytestmark = pytest.mark.host_devices("numba-compiled loop frames are CPU machin
 pytest.importorskip("numba")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-@pytest.fixture(autouse=True)
-def _no_compile_budget():
-    """These tests are about compiled code: compile whatever the suite's DFC_COMPILE_BUDGET has left."""
-    from dfc.runtime import compiled
-    left = compiled._budget["left"]
-    compiled._budget["left"] = float("inf")
-    yield
-    compiled._budget["left"] = left
 
 
 def _compiled(g):
