@@ -4,6 +4,9 @@ An LSTM training step (forward loop, gradient loop, gradients of W, U, b) runs o
 fixed capacity, for growing sequence lengths, with swapping off and on. Reported: training time
 per loop iteration (ms), OOM where the step does not fit, peak accelerator bytes, and the longest
 sequence each setting reaches. Every completed run's gradients are checked against cpu:0.
+Both graphs sum the weights' gradients per iteration (DFC_BATCH_LOOP_GRADS=0): a swapping loop always
+does, and the one-GEMM-after-the-loop rewrite (dfc/compiler/autodiff/loop_matmul.py) keeps every
+iteration's factors on the device, so with it the no-swap column would measure a different program.
 
     python -m benchmarks.swapping [--capacity-mb 8] [--lengths 25,50,...] [--json out.json]
 """
@@ -62,6 +65,7 @@ def main(argv=None):
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     cap = int(args.capacity_mb * (1 << 20))
+    os.environ["DFC_BATCH_LOOP_GRADS"] = "0"
     graphs = {swap: lstm_graph(args.batch, args.hidden, swap, "accel:0") for swap in (False, True)}
     cpu = dfc.Session(lstm_graph(args.batch, args.hidden, False, "cpu:0"), mode=args.mode)
     rows = []

@@ -1,4 +1,6 @@
 """Memory swapping of gradient stacks (§5.3) on the memory-capped accelerator."""
+import os
+
 import numpy as np
 import pytest
 
@@ -27,12 +29,24 @@ def lstm_train_step(xs, W, U, b, swap):
 
 
 def lstm_graph(swap, device="accel:0"):
+    """The training step's graph. Built with the weights' gradients summed per iteration (DFC_BATCH_LOOP_GRADS=0)
+    as a swapping loop always is (dfc/compiler/autodiff/loop_matmul.py keeps all iterations' factors for one
+    GEMM after the loop, which is what swapping avoids): graphs with and without swap then do the same
+    arithmetic, and the runtime swap option has every saved value on stacks."""
     def f(xs, W, U, b):
         with dfc.device(device):
             return lstm_train_step(xs, W, U, b, swap)
     specs = [dfc.TensorSpec([None, B, H], "float32"), dfc.TensorSpec([H, 4 * H], "float32"),
              dfc.TensorSpec([H, 4 * H], "float32"), dfc.TensorSpec([4 * H], "float32")]
-    return dfc.trace(f, *specs)
+    before = os.environ.get("DFC_BATCH_LOOP_GRADS")
+    os.environ["DFC_BATCH_LOOP_GRADS"] = "0"
+    try:
+        return dfc.trace(f, *specs)
+    finally:
+        if before is None:
+            del os.environ["DFC_BATCH_LOOP_GRADS"]
+        else:
+            os.environ["DFC_BATCH_LOOP_GRADS"] = before
 
 
 def lstm_inputs(steps):

@@ -21,6 +21,7 @@ from dfc.ir.graph import parse_input
 from dfc.compiler.control_flow import WhileContext, cond, loop_builder
 from dfc.compiler import ops_api
 from dfc.compiler.tracing import convert
+from dfc.compiler.autodiff import loop_matmul
 
 
 def _ref(t):
@@ -110,6 +111,10 @@ def loop_grad(gs, L, grads):
     inits += [gs.zeros_for(t) for t in cap_srcs]
     types = [TType("int64", ())] + [TType(L.merges[k].dtype, L.merges[k].shape) for k in var_ids]
     types += [TType(*gs.grad_dtype(t)) for t in cap_srcs]
+    deferred = loop_matmul.find(gs, L, caps)
+    for d in deferred.values():
+        inits += d.init(types[1 + len(var_ids) + d.cap_index].dtype, inits[0])
+        types += d.flow_types()
 
     GL = WhileContext(b, G, b.unique(f"{L.frame_name}_grad"), L.parallel_iterations, L.swap_memory)
     GL.fwd_loop = L
@@ -122,9 +127,12 @@ def loop_grad(gs, L, grads):
         GL.loop_cond = GL.loop.loop_cond(ops_api.greater(GL.merges[0], 0))
         GL.loop.iterate(GL.loop_cond)
         GL.pivot = GL.identities[0]
-        GL.loop.close(_grad_body(gs, state, var_ids, caps))
+        gs.deferred.update(deferred)
+        GL.loop.close(_grad_body(gs, state, var_ids, caps, list(deferred.values())))
     finally:
         b.ctx = G
+        for name in deferred:
+            gs.deferred.pop(name, None)
     GL.loop.exit_all()
     b.loops[GL.frame_name] = GL
     for j, k in enumerate(var_ids):
@@ -133,18 +141,29 @@ def loop_grad(gs, L, grads):
     for c, e in enumerate(caps):
         ref = parse_input(nodes[e.node].data_inputs[0])
         grads.setdefault(f"{ref[0]}:{ref[1]}", []).append(GL.exits[1 + len(var_ids) + c])
+    first = 1 + len(var_ids) + len(caps)
+    for j, d in enumerate(deferred.values()):
+        if d.flows is not None:
+            ref = parse_input(nodes[caps[d.cap_index].node].data_inputs[0])
+            total = d.total(GL.exits[first + 2 * j:first + 2 * j + 2], nodes[d.node].attrs.get("transpose_b"))
+            grads.setdefault(f"{ref[0]}:{ref[1]}", []).append(total)
     outer = gs.grad_loop_of(G)
     if outer is not None:
         # The next outer gradient iteration pops this loop's stacks only after this run of it is done.
         gs.loops[outer.fwd_loop.frame_name].add_sync(GL.exits[0])
 
 
-def _grad_body(gs, state, var_ids, caps):
+def _grad_body(gs, state, var_ids, caps, deferred):
     """One iteration of the gradient loop: backpropagate through the forward loop's body; the next
-    values of the counter, of the variables' gradients and of the invariants' accumulators."""
+    values of the counter, of the variables' gradients, of the invariants' accumulators and of the
+    deferred matmuls' TensorArray flows (loop_matmul.py)."""
     b, nodes, L, GL = gs.b, gs.graph.nodes, state.L, state.grad_loop
-    nv = len(var_ids)
-    g_vars, accs = GL.identities[1:1 + nv], GL.identities[1 + nv:]
+    nv, nc = len(var_ids), len(caps)
+    g_vars, accs = GL.identities[1:1 + nv], GL.identities[1 + nv:1 + nv + nc]
+    if deferred:
+        index = loop_matmul.index_of(GL.identities[0])
+        for j, d in enumerate(deferred):
+            d.loop_inputs = (GL.identities[1 + nv + nc + 2 * j:1 + nv + nc + 2 * j + 2], index)
     seeds = {}
     for g, k in zip(g_vars, var_ids):
         ref = parse_input(nodes[L.next_iterations[k].node].inputs[0])
@@ -157,6 +176,8 @@ def _grad_body(gs, state, var_ids, caps):
     for acc, e in zip(accs, caps):
         new = gs.sum(body, _ref(e))
         outs.append(acc if new is None else ops_api.add(acc, new))
+    for d in deferred:
+        outs += d.flows if d.flows is not None else list(d.loop_inputs[0])
     state.close_sync()
     one = convert(np.ones((), np.int64))
     outs.insert(0, b.make1("Sub", (GL.identities[0], one), control=state.sync,

@@ -96,6 +96,7 @@ class GradState:
         self.grad_tas = {}       # TensorArray node name -> (grad handle, grad flow)
         self.between = set()
         self.units = {}          # forward ctx -> {unit key: (input refs, output refs)}
+        self.deferred = {}       # forward MatMul -> loop_matmul.Deferred, while its gradient loop is built
 
     # ------------------------------------------------------------ graph queries
     def tensor(self, ref):
@@ -302,7 +303,12 @@ class GradState:
         rule = GRADS.get(node.op)
         if rule is None:
             raise DfcError(f"no gradient rule for op {node.op}", node=key, loc=node.loc)
-        in_grads = rule(OpView(self, node), *out_grads)
+        d = self.deferred.get(key)
+        if d is not None and out_grads[0] is not None:
+            flows, index = d.loop_inputs
+            in_grads = d.backprop(OpView(self, node), out_grads[0], flows, index)
+        else:
+            in_grads = rule(OpView(self, node), *out_grads)
         if len(in_grads) != len(ins):
             raise DfcError(f"gradient of {node.op} returned {len(in_grads)} values for {len(ins)} inputs",
                            node=key)
