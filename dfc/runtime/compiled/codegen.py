@@ -139,6 +139,8 @@ class FrameSource:
         self.lift_dummies = {}         # gradient lift Merge -> its dummy Const inputs (see _lifted)
         self.objmode = False           # a lowering calls back into Python (Emit.kernel_call)
         self.exits_may_die = {}        # fid -> whether its Exits may be dead
+        from dfc.runtime.compiled.fusion import Fusion
+        self.fusion = Fusion(self)     # elementwise groups: one flat loop each (fusion.py)
         from dfc.runtime.fused import NotFusable
         try:
             self.an = Analyses(plan, fid, index).by_fid
@@ -296,6 +298,7 @@ class FrameSource:
         w(ind, "while True:")
         ind2 = ind + "    "
         self.frame_chain.append(a.fid)
+        self.fusion.plan_frame(a)
         for it in a.order:
             if it not in a.body:
                 self._item(it, a, ind2)
@@ -408,6 +411,11 @@ class FrameSource:
             return
         if kind == EXIT:
             raise Blocked(node.name, "an Exit outside its frame's Switch")
+        if i in self.fusion.inline:
+            return              # computed inside its consumer's elementwise group
+        if i in self.fusion.roots:
+            self.fusion.emit(i, a, ind)
+            return
         low = LOWERINGS.get(node.op)
         if low is None:
             raise Blocked(node.name, f"op {node.op} has no lowering")

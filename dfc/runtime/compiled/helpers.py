@@ -2,20 +2,12 @@
 import numpy as np
 from numba import njit, typed
 
-from dfc.runtime.compiled.npcall import call_loop
+from dfc.runtime.compiled import npcall as P
 
 
 @njit(cache=True, nogil=True)
 def _call(LP, k, p0, p1, p2, s0, s1, s2, n):
-    ptrs = np.empty(3, np.intp)
-    ptrs[0], ptrs[1], ptrs[2] = p0, p1, p2
-    steps = np.empty(3, np.intp)
-    steps[0], steps[1], steps[2] = s0, s1, s2
-    dims = np.empty(1, np.intp)
-    dims[0] = n
-    if call_loop(LP[3 * k], LP[3 * k + 1], ptrs.ctypes.data, dims.ctypes.data, steps.ctypes.data,
-                 LP[3 * k + 2]) < 0:
-        raise FloatingPointError("numpy loop failed")
+    P.run(LP, k, (n,), (p0, p1, p2), (s0, s1, s2))
 
 
 @njit(cache=True, nogil=True)
@@ -24,6 +16,31 @@ def broadcast(x, shape):
     if x.shape == shape:
         return x
     return np.broadcast_to(x, shape).copy()
+
+
+@njit(cache=True, nogil=True)
+def flat(x, shape):
+    """x (C-contiguous, of shape's rank) as a flat array of `shape`'s elements (fusion.py), copied only when
+    it is broadcast."""
+    if x.shape == shape:
+        return x.reshape(x.size)
+    b = np.broadcast_to(x, shape).copy()
+    return b.reshape(b.size)
+
+
+@njit(cache=True, nogil=True)
+def spread(x, shape):
+    """x (C-contiguous, of lower rank than shape) broadcast to `shape`, as a flat copy (fusion.py)."""
+    b = np.broadcast_to(x, shape).copy()
+    return b.reshape(b.size)
+
+
+@njit(cache=True, nogil=True)
+def size_of(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 @njit(cache=True, nogil=True)
@@ -46,15 +63,7 @@ def binary(LP, k, a, b, proto):
 def unary(LP, k, a, proto):
     """numpy's unary loop k on array a; the result has proto's dtype."""
     out = np.empty(a.shape, proto.dtype)
-    ptrs = np.empty(2, np.intp)
-    ptrs[0], ptrs[1] = a.ctypes.data, out.ctypes.data
-    steps = np.empty(2, np.intp)
-    steps[0], steps[1] = a.itemsize, out.itemsize
-    dims = np.empty(1, np.intp)
-    dims[0] = out.size
-    if call_loop(LP[3 * k], LP[3 * k + 1], ptrs.ctypes.data, dims.ctypes.data, steps.ctypes.data,
-                 LP[3 * k + 2]) < 0:
-        raise FloatingPointError("numpy loop failed")
+    P.run(LP, k, (out.size,), (a.ctypes.data, out.ctypes.data), (a.itemsize, out.itemsize))
     return out
 
 
@@ -114,15 +123,13 @@ def check_index(i, n):
 @njit(cache=True, nogil=True)
 def unary_s(LP, k, x):
     """numpy's unary loop k on one scalar (its dtype in and out)."""
-    a = np.full(1, x)
-    return unary(LP, k, a, a)[0]
+    return P.scalar(LP, k, (x,), x)
 
 
 @njit(cache=True, nogil=True)
 def binary_s(LP, k, x, y):
     """numpy's binary loop k on two scalars of one dtype (that dtype out)."""
-    a = np.full(1, x)
-    return binary(LP, k, a, np.full(1, y), a)[0]
+    return P.scalar(LP, k, (x, y), x)
 
 
 @njit(cache=True, nogil=True)

@@ -16,6 +16,7 @@ import ctypes
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 _CAPSULE = b"numpy_1.24_ufunc_call_info"
@@ -51,139 +52,106 @@ def loop_address(ufunc, dtypes, reduction=False):
     return hit[1]
 
 
+def _intp_array(context, builder, values):
+    """An alloca'd (entry block: no growth inside loops) array of intp holding `values`; its i8* pointer."""
+    intp = context.get_value_type(types.intp)
+    arr = cgutils.alloca_once(builder, intp, size=max(len(values), 1))
+    for j, v in enumerate(values):
+        builder.store(v, builder.gep(arr, [ir.Constant(ir.IntType(32), j)]))
+    return builder.bitcast(arr, ir.IntType(8).as_pointer())
+
+
+def _call(builder, fn, ctx, aux, ptrs, dims, steps):
+    vp = ir.IntType(8).as_pointer()
+    fnty = ir.FunctionType(ir.IntType(32), [vp] * 5)
+    f = builder.inttoptr(fn, fnty.as_pointer())
+    return builder.call(f, [builder.inttoptr(ctx, vp), ptrs, dims, steps, builder.inttoptr(aux, vp)])
+
+
 @intrinsic
-def call_loop(typingctx, fn, ctx, args, dims, steps, aux):
-    """int loop(context, char *const *args, const npy_intp *dims, const npy_intp *steps, auxdata)."""
-    sig = types.int32(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
+def call_loop(typingctx, fn, ctx, aux, dims, ptrs, steps):
+    """int loop(context, char *const *args, const npy_intp *dims, const npy_intp *steps, auxdata) with
+    dims, ptrs and steps given as tuples of intp (held on the stack: a call allocates nothing)."""
+    if not all(isinstance(t, types.UniTuple) for t in (dims, ptrs, steps)):
+        return None
+    sig = types.int32(types.intp, types.intp, types.intp, dims, ptrs, steps)
 
     def codegen(context, builder, signature, a):
-        vp = ir.IntType(8).as_pointer()
-        fnty = ir.FunctionType(ir.IntType(32), [vp] * 5)
-        f = builder.inttoptr(a[0], fnty.as_pointer())
-        return builder.call(f, [builder.inttoptr(x, vp) for x in a[1:]])
+        arrs = [_intp_array(context, builder, cgutils.unpack_tuple(builder, t)) for t in a[3:]]
+        return _call(builder, a[0], a[1], a[2], arrs[1], arrs[0], arrs[2])
+    return sig, codegen
+
+
+@intrinsic
+def call_scalar_loop(typingctx, fn, ctx, aux, args, out):
+    """(status, result) of the loop on one element: the scalars `args` (a tuple) in, one scalar of `out`'s
+    type out, all held on the stack."""
+    if not isinstance(args, (types.UniTuple, types.Tuple)) or not isinstance(out, (types.Number, types.Boolean)):
+        return None
+    ret = types.Tuple((types.int32, out))
+    sig = ret(types.intp, types.intp, types.intp, args, out)
+
+    def codegen(context, builder, signature, a):
+        intp = context.get_value_type(types.intp)
+        slots = []
+        for t, v in zip(signature.args[3], cgutils.unpack_tuple(builder, a[3])):
+            slot = cgutils.alloca_once(builder, context.get_data_type(t))
+            builder.store(context.get_value_as_data(builder, t, v), slot)
+            slots.append(slot)
+        res = cgutils.alloca_once(builder, context.get_data_type(out))
+        slots.append(res)
+        ptrs = _intp_array(context, builder, [builder.ptrtoint(x, intp) for x in slots])
+        one, zero = ir.Constant(intp, 1), ir.Constant(intp, 0)
+        status = _call(builder, a[0], a[1], a[2], ptrs, _intp_array(context, builder, [one]),
+                       _intp_array(context, builder, [zero] * len(slots)))
+        val = context.get_data_as_value(builder, out, builder.load(res))
+        return context.make_tuple(builder, ret, [status, val])
     return sig, codegen
 
 
 @njit(cache=True, nogil=True)
-def _run(LP, k, ptrs, n, steps):
-    """Call loop k of LP on the pointers `ptrs` (int64 array), n elements, byte strides `steps`."""
-    dims = np.empty(1, np.intp)
-    dims[0] = n
-    if call_loop(LP[3 * k], LP[3 * k + 1], ptrs.ctypes.data, dims.ctypes.data, steps.ctypes.data,
-                 LP[3 * k + 2]) < 0:
+def run(LP, k, dims, ptrs, steps):
+    """Call loop k of LP (dims, ptrs, steps: tuples of intp, as numpy's strided loops take them)."""
+    if call_loop(LP[3 * k], LP[3 * k + 1], LP[3 * k + 2], dims, ptrs, steps) < 0:
         raise FloatingPointError("numpy loop failed")
 
 
 @njit(cache=True, nogil=True)
-def unary(LP, k, x, out):
-    """out[:] = ufunc(x) elementwise; x and out C-contiguous of one size."""
-    ptrs = np.empty(2, np.intp)
-    ptrs[0] = x.ctypes.data
-    ptrs[1] = out.ctypes.data
-    steps = np.empty(2, np.intp)
-    steps[0] = x.itemsize
-    steps[1] = out.itemsize
-    _run(LP, k, ptrs, out.size, steps)
-    return out
-
-
-@njit(cache=True, nogil=True)
-def binary(LP, k, x, y, out):
-    """out[:] = ufunc(x, y); x and y C-contiguous of out's size, or of size 1 (broadcast by stride 0)."""
-    ptrs = np.empty(3, np.intp)
-    ptrs[0] = x.ctypes.data
-    ptrs[1] = y.ctypes.data
-    ptrs[2] = out.ctypes.data
-    steps = np.empty(3, np.intp)
-    steps[0] = x.itemsize if x.size == out.size else 0
-    steps[1] = y.itemsize if y.size == out.size else 0
-    steps[2] = out.itemsize
-    _run(LP, k, ptrs, out.size, steps)
-    return out
-
-
-@njit(cache=True, nogil=True)
-def reduce_into(LP, k, x, start, n, stride, out, pos):
-    """out[pos] = ufunc.reduce of the n elements of flat x from `start`, `stride` elements apart, as numpy
-    reduces one contiguous run: the first element, then the loop in reduce mode (out += pairwise(rest))."""
-    flat = x.reshape(x.size)
-    o = out.reshape(out.size)
-    o[pos] = flat[start]
-    if n > 1:
-        ptrs = np.empty(3, np.intp)
-        ptrs[0] = o.ctypes.data + pos * o.itemsize
-        ptrs[1] = flat.ctypes.data + (start + stride) * flat.itemsize
-        ptrs[2] = ptrs[0]
-        steps = np.empty(3, np.intp)
-        steps[0] = 0
-        steps[1] = stride * flat.itemsize
-        steps[2] = 0
-        _run(LP, k, ptrs, n - 1, steps)
-
-
-@njit(cache=True, nogil=True)
-def matmul2d(LP, k, a, b, ta, tb):
-    """numpy's matmul loop on 2-D C-contiguous a and b, each optionally transposed (passed as strides,
-    as numpy passes a swapaxes view), into a new C-contiguous array."""
-    it = a.itemsize
-    n, kk = (a.shape[1], a.shape[0]) if ta else (a.shape[0], a.shape[1])
-    kb, m = (b.shape[1], b.shape[0]) if tb else (b.shape[0], b.shape[1])
-    if kk != kb:
-        raise ValueError("matmul: inner dimensions differ")
-    out = np.empty((n, m), a.dtype)
-    ptrs = np.empty(3, np.intp)
-    ptrs[0] = a.ctypes.data
-    ptrs[1] = b.ctypes.data
-    ptrs[2] = out.ctypes.data
-    dims = np.empty(4, np.intp)
-    dims[0] = 1
-    dims[1] = n
-    dims[2] = kk
-    dims[3] = m
-    steps = np.zeros(9, np.intp)
-    a0, a1 = a.shape[1] * it, it
-    b0, b1 = b.shape[1] * it, it
-    steps[3], steps[4] = (a1, a0) if ta else (a0, a1)
-    steps[5], steps[6] = (b1, b0) if tb else (b0, b1)
-    steps[7] = m * it
-    steps[8] = it
-    if call_loop(LP[3 * k], LP[3 * k + 1], ptrs.ctypes.data, dims.ctypes.data, steps.ctypes.data,
-                 LP[3 * k + 2]) < 0:
+def scalar(LP, k, args, out):
+    """Loop k of LP on the scalars `args`, giving a scalar of `out`'s type."""
+    status, r = call_scalar_loop(LP[3 * k], LP[3 * k + 1], LP[3 * k + 2], args, out)
+    if status < 0:
         raise FloatingPointError("numpy loop failed")
-    return out
+    return r
 
 
 @njit(cache=True, nogil=True)
-def matmul_vec(LP, k, a, b):
-    """numpy's matmul loop where a or b (or both) is 1-D, passed as numpy passes a missing core
-    dimension: size 1, stride 0. Returns the flat result (n, m or () as numpy shapes it, flattened)."""
+def _core(a, t):
+    """(rows, cols, row stride, col stride) in bytes of a as matmul's left (t: transposed) operand, numpy's
+    missing core dimension (size 1, stride 0) for a 1-D one."""
     it = a.itemsize
     if a.ndim == 1:
-        n, kk, sa_n, sa_k = 1, a.shape[0], 0, it
-    else:
-        n, kk, sa_n, sa_k = a.shape[0], a.shape[1], a.shape[1] * it, it
+        return 1, a.shape[0], 0, it
+    if t:
+        return a.shape[1], a.shape[0], it, a.shape[1] * it
+    return a.shape[0], a.shape[1], a.shape[1] * it, it
+
+
+@njit(cache=True, nogil=True)
+def matmul(LP, k, a, b, ta, tb):
+    """numpy's matmul loop on C-contiguous a and b (1-D or 2-D; a 2-D one optionally transposed, passed as
+    strides as numpy passes a swapaxes view; a 1-D one as numpy passes a missing core dimension), into a
+    new flat C-contiguous array of n * m elements (n, m: the rows of a, the columns of b, 1 if 1-D)."""
+    it = a.itemsize
+    n, kk, sa_n, sa_k = _core(a, ta)
     if b.ndim == 1:
         kb, m, sb_k, sb_m = b.shape[0], 1, it, 0
     else:
-        kb, m, sb_k, sb_m = b.shape[0], b.shape[1], b.shape[1] * it, it
+        m, kb, sb_m, sb_k = _core(b, not tb)
     if kk != kb:
         raise ValueError("matmul: inner dimensions differ")
     out = np.empty(n * m, a.dtype)
-    ptrs = np.empty(3, np.intp)
-    ptrs[0] = a.ctypes.data
-    ptrs[1] = b.ctypes.data
-    ptrs[2] = out.ctypes.data
-    dims = np.empty(4, np.intp)
-    dims[0] = 1
-    dims[1] = n
-    dims[2] = kk
-    dims[3] = m
-    steps = np.zeros(9, np.intp)
-    steps[3], steps[4] = sa_n, sa_k
-    steps[5], steps[6] = sb_k, sb_m
-    steps[7] = 0 if a.ndim == 1 else (it if b.ndim == 1 else m * it)
-    steps[8] = 0 if b.ndim == 1 else it
-    if call_loop(LP[3 * k], LP[3 * k + 1], ptrs.ctypes.data, dims.ctypes.data, steps.ctypes.data,
-                 LP[3 * k + 2]) < 0:
-        raise FloatingPointError("numpy loop failed")
+    run(LP, k, (1, n, kk, m), (a.ctypes.data, b.ctypes.data, out.ctypes.data),
+        (0, 0, 0, sa_n, sa_k, sb_k, sb_m, 0 if a.ndim == 1 else (it if b.ndim == 1 else m * it),
+         0 if b.ndim == 1 else it))
     return out

@@ -104,6 +104,50 @@ def _sigmoid(e):
     return [f"{st(t.dtype)}({h} + {h} * {th})" if t.ndim == 0 else f"({th} * {h} + {h})"]
 
 
+class Loop:
+    """An elementwise op computed by numpy's loop of `ufunc` (for `dtypes`) over a whole array: `pre(xs)` gives
+    the loop's input element expressions from the op's input elements, `post(y)` the op's element from the
+    loop's output element (dfc/runtime/compiled/fusion.py)."""
+
+    def __init__(self, ufunc, dtypes, pre=None, post=None):
+        self.ufunc, self.dtypes = ufunc, dtypes
+        self.pre = pre or (lambda xs: list(xs))
+        self.post = post
+
+    def __repr__(self):
+        return f"Loop({self.ufunc.__name__}, {self.dtypes})"
+
+
+NATIVE = "native"
+_NATIVE_UNARY = ("Neg", "Abs", "Square", "Sqrt", "Floor", "Ceil", "IsFinite", "Reciprocal", "Rsqrt", "LogicalNot")
+
+
+def elementwise(op, ins, out):
+    """How a fused elementwise loop (dfc/runtime/compiled/fusion.py) computes one element of op with input
+    types `ins` and output type `out`: NATIVE (the op's own lowering on rank-0 types gives it, the same bits as
+    the array op), a Loop (numpy's loop over the whole array, as the op's array lowering calls it), or None
+    (not fused: the op's own lowering runs)."""
+    d = ins[0].dtype if ins else out.dtype
+    floats = d in ("float32", "float64")
+    if op in _NATIVE_BINARY or op in _NATIVE_UNARY or op == "Where" or (op == "Sign" and not floats):
+        return NATIVE
+    if op == "Cast":
+        return None if floats and out.dtype in _INT_RANGE else NATIVE     # (float -> int arrays: not lowered)
+    if op in ("FloorDiv", "Mod") and not floats:
+        return NATIVE           # the rank-0 lowering: checked integer division, element by element
+    if op in _LOOP_BINARY and op != "Pow" or op == "Pow" and floats:
+        return Loop(_LOOP_BINARY[op], (d, d, out.dtype))
+    if op in _LOOP_UNARY or op == "Sign":
+        return Loop(np.sign if op == "Sign" else _LOOP_UNARY[op], (d, d))
+    if op == "Sigmoid":     # the kernel: t = x * h; tanh(t); t *= h; t += h (h = 0.5 in x's dtype)
+        h = f"{st(d)}(0.5)"
+        return Loop(np.tanh, (d, d), lambda xs: [f"{st(d)}({xs[0]} * {h})"],
+                    lambda y: f"{st(d)}({st(d)}({y} * {h}) + {h})")
+    if op == "Relu":        # the kernel: maximum(x, 0)
+        return Loop(np.maximum, (d, d, d), lambda xs: [xs[0], f"{st(d)}(0)"])
+    return None
+
+
 @lowering("Relu")
 def _relu(e):
     t = e.ins[0]
@@ -218,7 +262,7 @@ def _matmul(e):
         raise Unsupported("MatMul other than 2-D @ 2-D (transposed or not), 2-D @ 1-D, 1-D @ 2-D or 1-D @ 1-D")
     k = e.loop(np.matmul, (a.dtype, a.dtype, a.dtype))
     x, y = e.args
+    flat = f"P.matmul(LP, {k}, {x}, {y}, {bool(ta)}, {bool(tb)})"
     if (a.ndim, b.ndim) == (2, 2):
-        return [f"P.matmul2d(LP, {k}, {x}, {y}, {bool(ta)}, {bool(tb)})"]
-    flat = f"P.matmul_vec(LP, {k}, {x}, {y})"      # a missing core dimension passed as numpy passes it
-    return [f"{flat}[0]" if e.outs[0].ndim == 0 else flat]
+        return [f"{flat}.reshape(({x}.shape[{int(bool(ta))}], {y}.shape[{int(not tb)}]))"]
+    return [f"{flat}[0]" if e.outs[0].ndim == 0 else flat]      # (n,) or (m,): flat already

@@ -1,0 +1,251 @@
+"""Elementwise groups of a compiled loop frame: a tree of elementwise ops runs as flat loops, one allocation.
+
+Compiled one op at a time, every elementwise op on an array allocates its result and walks it once (and
+numba's n-d array expressions walk with per-element index arithmetic LLVM does not vectorize). Here an
+elementwise op whose array result is used once, by another elementwise op of the same frame and the same
+part of the iteration (before or after the loop predicate), and by no control edge, is computed inside its
+consumer: a group is a root op (whose result is kept) and the tree of such single-use ops under it. It runs
+as one flat loop over the broadcast shape of its array inputs (each a C-contiguous flat view, a broadcast
+input copied to that shape first), computing each element with the ops' own rank-0 lowerings
+(math_lower.elementwise: NATIVE), so every element has the bits the op-by-op code gives it.
+
+Ops computed by numpy's own loops (transcendentals, maximum/minimum, power: math_lower.Loop) stay whole-array
+calls of that loop, as the op-by-op code makes them: the group first writes the loop's input into a buffer
+(a flat loop over the subtree below it), calls numpy's loop on it in place, and reads the buffer in the loop
+above. A root that is such a loop's result is the buffer itself.
+
+Deadness: the group is skipped, and its root is dead, when any of its inputs (or control inputs) is dead;
+the single-use ops inside it are never read elsewhere, so that is what the op-by-op code does. An error
+(shapes that do not broadcast, integer division by zero) raises from the group, and the fused path replays
+the frame and names the node, as for any compiled frame.
+
+$DFC_COMPILED_FUSION=0 turns grouping off (every op computed on its own, as a benchmark's baseline).
+"""
+import os
+
+from dfc.runtime.fused import ENTER, EXIT, MERGE, NEXT, SWITCH
+from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type as st
+from dfc.runtime.kernels.math_lower import NATIVE, elementwise
+
+
+def _scalar(t):
+    """The rank-0 Type of t's dtype (an element)."""
+    e = object.__new__(type(t))
+    e.dtype, e.shape, e.ndim = t.dtype, (), 0
+    return e
+
+
+ENABLED = os.environ.get("DFC_COMPILED_FUSION", "1") != "0"
+
+
+class Fusion:
+    """Which nodes of a compiled frame are group roots and which are computed inside their consumer."""
+
+    def __init__(self, gen):
+        self.gen, self.plan = gen, gen.plan
+        p = self.plan
+        self.inline, self.roots, self._specs = set(), set(), {}
+        self._ctrl = {c for cs in p.ctrl_ins for c in cs}
+
+    def spec(self, i):
+        """NATIVE, a math_lower.Loop, or None (not fused) for node i."""
+        if i not in self._specs:
+            self._specs[i] = self._spec(i)
+        return self._specs[i]
+
+    def _spec(self, i):
+        from dfc.runtime.compiled.codegen import Blocked
+        p = self.plan
+        if p.kind[i] in (SWITCH, MERGE, EXIT, ENTER, NEXT) or len(p.out_edges[i]) != 1 or not p.ins[i]:
+            return None
+        try:
+            ins = [self.gen._type(s, port, "input") for s, port in p.ins[i]]
+            out = self.gen._type(i, 0, "output")
+        except Blocked:
+            return None         # the op-by-op code says why
+        if out.dtype == "resource" or out.ndim == 0 or any(t.dtype == "resource" for t in ins):
+            return None
+        return elementwise(p.nodes[i].op, ins, out)
+
+    def plan_frame(self, a):
+        """Mark the group roots and inlined nodes among frame a's items."""
+        if not ENABLED:
+            return
+        p = self.plan
+        items = {it[1]: it in a.body for it in a.order if it[0] == "node"}
+        for i, body in items.items():
+            if self.spec(i) is None:
+                continue
+            self.roots.add(i)
+            uses = p.out_edges[i][0]
+            if i in self._ctrl or len(uses) != 1:
+                continue
+            c = uses[0][0]
+            if c in items and items[c] == body and self.spec(c) is not None:
+                self.inline.add(i)
+                self.roots.discard(i)
+
+    def emit(self, r, a, ind):
+        """The statements computing group root r (at indentation ind)."""
+        _Group(self, r, a).emit(ind)
+
+
+class _Group:
+    def __init__(self, fusion, root, a):
+        self.f, self.gen, self.plan, self.root, self.a = fusion, fusion.gen, fusion.plan, root, a
+        self.leaves = {}        # ref -> (flat name, Type) of the array inputs
+        self.deads = []
+        self.tag = self.gen.fresh("g")
+        self.phases = []        # finished statement blocks, in the order they run
+        self.n = f"{self.tag}n"
+        self._walk(root)
+
+    def _walk(self, i):
+        p, g = self.plan, self.gen
+        for sp in list(p.ins[i]) + [(c, 0) for c in p.ctrl_ins[i]]:
+            if sp[0] in self.f.inline and sp in p.ins[i]:
+                self._walk(sp[0])
+                continue
+            d = g.dead(sp, self.a)
+            if d is not None and d not in self.deads:
+                self.deads.append(d)
+            if sp not in p.ins[i]:
+                continue
+            t = g._type(sp[0], sp[1], "input")
+            ref = g.ref(sp, self.a)
+            if t.ndim and ref not in self.leaves:
+                self.leaves[ref] = (f"{self.tag}f{len(self.leaves)}", t)
+
+    def emit(self, ind):
+        g, r = self.gen, self.root
+        out = g._type(r, 0, "output")
+        w = g.w
+        pad = ind
+        if self.deads:
+            w(ind, f"if {' or '.join(self.deads)}:")
+            w(ind, f"    d{r}_0 = True")
+            w(ind, f"    v{r}_0 = {out.default()}")
+            w(ind, "else:")
+            pad = ind + "    "
+            w(pad, f"d{r}_0 = False")
+            g.flagged.add((r, 0))
+        refs = list(self.leaves)
+        shape, nd = f"{self.tag}s", out.ndim
+        same = [x for x in refs if self.leaves[x][1].ndim == nd]    # (an input of lower rank is broadcast)
+        if len(same) == len(refs):          # the shape of the first input, unless they differ
+            w(pad, f"{shape} = {same[0]}.shape")
+            if len(refs) > 1:
+                w(pad, f"if {' or '.join(f'{x}.shape != {shape}' for x in refs[1:])}:")
+                w(pad, f"    {shape} = np.broadcast_shapes({''.join(x + '.shape, ' for x in refs)})")
+        else:
+            w(pad, f"{shape} = np.broadcast_shapes({''.join(x + '.shape, ' for x in refs)})")
+        for ref in refs:
+            name, t = self.leaves[ref]
+            if t.ndim < nd:
+                w(pad, f"{name} = H.spread({ref}, {shape})")
+            elif nd == 1:                   # (a 1-D input of the shape is its own flat view)
+                w(pad, f"{name} = {ref} if {ref}.shape == {shape} else H.flat({ref}, {shape})")
+            else:
+                w(pad, f"{name} = H.flat({ref}, {shape})")
+        w(pad, f"{self.n} = {shape}[0]" if nd == 1 else f"{self.n} = H.size_of({shape})")
+        body = self._phase(pad)
+        expr, kind, arr = self._elem(r, body)
+        if kind == "buf":           # the root is a numpy loop's result: its buffer
+            result = f"{arr}.reshape({shape})" if nd > 1 else arr
+        else:
+            spare = [b for b, dt in body["bufs"] if dt == out.dtype]
+            if spare:               # written in place into a buffer the loop reads element by element
+                res, pre = spare[0], []
+            else:
+                res = f"{self.tag}r"
+                pre = [f"{res} = np.empty({self.n}, {st(out.dtype)})"]
+            self._finish(body, [(res, expr)], pre)
+            result = f"{res}.reshape({shape})" if nd > 1 else res
+        for block in self.phases:
+            g.lines.extend(block)
+        w(pad, f"v{r}_0 = {result}")
+
+    # ---------------------------------------------------------------- phases: a flat loop each
+    def _phase(self, ind):
+        return {"ind": ind, "j": self.gen.fresh("j"), "lines": [], "bufs": []}
+
+    def _finish(self, ph, stores, pre=()):
+        """Close phase ph: `pre` statements, then its loop storing each (array, element expression) of
+        `stores` (no loop if there is nothing to store)."""
+        ind, j = ph["ind"], ph["j"]
+        block = [ind + x for x in pre]
+        if stores:
+            block += [f"{ind}for {j} in range({self.n}):"] + ph["lines"]
+            block += [f"{ind}    {arr}[{j}] = {x}" for arr, x in stores]
+        self.phases.append(block)
+
+    def _elem(self, i, ph):
+        """(element expression of node i inside phase ph, kind, array): kind "buf" if it is the element of a
+        whole-array buffer `array` (a numpy loop's result), else "expr" (array None)."""
+        p, g = self.plan, self.gen
+        node = p.nodes[i]
+        ins = [_scalar(g._type(s, port, "input")) for s, port in p.ins[i]]
+        out = _scalar(g._type(i, 0, "output"))
+        spec = self.f.spec(i)
+        from dfc.runtime.compiled.codegen import Emit
+        v = f"{self.tag}e{i}"
+        inner = ph["ind"] + "    "
+        if spec == NATIVE:
+            args = [self._input(sp, ph)[0] for sp in p.ins[i]]
+            saved, g.lines = g.lines, ph["lines"]
+            try:
+                expr = LOWERINGS[node.op](Emit(g, node, args, ins, [out], inner))[0]
+            finally:
+                g.lines = saved
+            ph["lines"].append(f"{inner}{v} = {expr}")
+            return v, "expr", None
+        # numpy's loop over whole arrays: its inputs computed by a loop of their own first
+        sub = self._phase(ph["ind"])
+        args = [self._input(sp, sub) for sp in p.ins[i]]
+        k = Emit(g, node, [], ins, [out], inner).loop(spec.ufunc, spec.dtypes)
+        whole = {x: arr for x, kind, arr in args if kind in ("leaf", "buf")}
+        bufs = {arr for _, kind, arr in args if kind == "buf"}      # single-use buffers of loops below
+        varying = [x for x, kind, _ in args if kind != "scalar"]
+        ptrs, steps, stores, pre, dst = [], [], [], [], None
+        for x, t in zip(spec.pre([x for x, _, _ in args]), spec.dtypes):
+            if x in whole:                              # a whole array already: passed as it is
+                arr = whole[x]
+                if dst is None and arr in bufs and t == spec.dtypes[-1]:
+                    dst = arr
+            elif not any(y in x for y in varying):      # one value: one element, stride 0
+                arr = g.fresh("c")
+                pre.append(f"{arr} = np.full(1, {x})")
+                ptrs.append(f"{arr}.ctypes.data")
+                steps.append("0")
+                continue
+            else:                                       # an element expression: into a buffer of its own
+                arr = g.fresh("b")
+                pre.append(f"{arr} = np.empty({self.n}, {st(t)})")
+                stores.append((arr, x))
+                if dst is None and t == spec.dtypes[-1]:
+                    dst = arr                           # numpy's loop runs in place on it
+            ptrs.append(f"{arr}.ctypes.data")
+            steps.append(f"{arr}.itemsize")
+        if dst is None:
+            dst = g.fresh("b")
+            pre.append(f"{dst} = np.empty({self.n}, {st(spec.dtypes[-1])})")
+        self._finish(sub, stores, pre)
+        self.phases.append([f"{ph['ind']}P.run(LP, {k}, ({self.n},), ({''.join(x + ', ' for x in ptrs)}"
+                            f"{dst}.ctypes.data, ), ({''.join(x + ', ' for x in steps)}{dst}.itemsize, ))"])
+        y = f"{dst}[{ph['j']}]"
+        ph["bufs"].append((dst, spec.dtypes[-1]))
+        if spec.post is None:
+            return y, "buf", dst
+        ph["lines"].append(f"{inner}{v} = {spec.post(y)}")
+        return v, "expr", None
+
+    def _input(self, sp, ph):
+        """(element expression, kind, array) of input sp inside phase ph: kind "leaf" (an array input's
+        element), "scalar" (a rank-0 input), or as _elem gives it for a node inside the group."""
+        if sp[0] in self.f.inline:
+            return self._elem(sp[0], ph)
+        ref = self.gen.ref(sp, self.a)
+        if ref in self.leaves:
+            name = self.leaves[ref][0]
+            return f"{name}[{ph['j']}]", "leaf", name
+        return ref, "scalar", None
