@@ -89,6 +89,10 @@ def _placed(graph):
 # budget the "compiled" path runs them fused), so the suite stays within minutes on 2 cores and runs more
 # of its loops compiled each time the cache has grown.
 os.environ.setdefault("DFC_COMPILE_BUDGET", "60")
+# Sessions that do not choose compile_loops run fused here, not "auto" (the library's default, which starts
+# child processes compiling in the background: tests/runtime/test_compiled_background.py tests it), so the
+# suite's CPU use does not depend on which loops happen to run long; the "compiled" path below compiles.
+os.environ.setdefault("DFC_COMPILE_LOOPS", "0")
 
 # name -> graph -> Session. The first is the definition; all others must agree with it exactly.
 PATHS = {

@@ -101,11 +101,13 @@ class Session:
         # Loop fusion is the fast path of "threads" mode; the reference interpreter never fuses.
         self.fuse_loops = (mode == "threads") if fuse_loops is None else bool(fuse_loops)
         # Fused frames compiled to machine code with numba (dfc/runtime/compiled/): True compiles each
-        # frame on its first run (numba's compile, cached on disk after that), "auto" only frames that have
-        # run long enough on the fused path to be worth it; off unless asked for (or DFC_COMPILE_LOOPS=1/auto).
+        # frame on its first run, in this process (numba's compile, cached on disk after that); "auto" (the
+        # default) has a child process compile a frame once its fused runs took long enough, and runs it
+        # compiled when the machine code is in the disk cache; False never compiles. DFC_COMPILE_LOOPS=
+        # 1/auto/0 sets the default.
         if compile_loops is None:
-            env = os.environ.get("DFC_COMPILE_LOOPS", "0").strip().lower()
-            compile_loops = "auto" if env == "auto" else env not in ("", "0", "false", "no")
+            env = os.environ.get("DFC_COMPILE_LOOPS", "auto").strip().lower()
+            compile_loops = "auto" if env in ("", "auto") else env not in ("0", "false", "no", "off")
         if compile_loops not in (True, False, "auto"):
             raise DfcError(f"compile_loops must be True, False or 'auto', not {compile_loops!r}")
         self.compile_loops = compile_loops if self.fuse_loops else False

@@ -60,6 +60,8 @@ class CompiledFrame:
         self.prog, self.src, self.policy = prog, src, policy
         self.fused_seconds = 0.0      # time its runs on the fused path took (compile_loops="auto")
         self._compiled_once = False
+        self._job = None              # compile_loops="auto": the child process compiling it (background.py)
+        self._job_recorded = False
         self.fid, self.enters, self.enter_pos, self.exits = prog.fid, prog.enters, prog.enter_pos, prog.exits
         self.source = src.source
         self.name = prog.plan.frame_names[prog.fid]
@@ -87,25 +89,28 @@ class CompiledFrame:
                     self._run = run
         return self._run
 
-    def fn(self, ctx, kern, vals, tag):
+    def traced_fn(self):
+        """The function a Trace runs (trace.py): the fused path's traced build whenever the frame runs fused
+        (its kernels show as spans), the compiled code (one span, no kernels) when it runs compiled."""
+        return lambda ctx, kern, vals, tag: self.fn(ctx, kern, vals, tag, traced=True)
+
+    def fn(self, ctx, kern, vals, tag, traced=False):
         """Run the frame: compiled when its Enter values fit, else (or to report an error) fused."""
         if ctx.abort is not None:
-            return self._fused(ctx, kern, vals, tag)
+            return self._fused(ctx, kern, vals, tag, traced)
         if not self._compiled_once and not self._worth_compiling():
-            t0 = time.perf_counter()
-            try:
-                return self._fused(ctx, kern, vals, tag)
-            finally:
-                self.fused_seconds += time.perf_counter() - t0
+            return self._fused_timed(ctx, kern, vals, tag, traced)
         res_args = self._res.args(vals) if self._res.uses else {}
         if res_args is None:
-            return self._fused(ctx, kern, vals, tag)
+            return self._fused(ctx, kern, vals, tag, traced)
         args = []
         for k, (v, (dtype, ndim)) in enumerate(zip(vals, self._in)):
             a = res_args[k] if k in res_args else _arg(v, dtype, ndim)
             if a is None:
-                return self._fused(ctx, kern, vals, tag)
+                return self._fused(ctx, kern, vals, tag, traced)
             args.append(a)
+        if self.policy == "auto" and not self._compiled_once and not self._compiled_elsewhere(args):
+            return self._fused_timed(ctx, kern, vals, tag, traced)
         run = self._function()
         try:
             n_sigs = len(run.signatures)
@@ -116,7 +121,7 @@ class CompiledFrame:
             self._compiled_once = True
             apply = self._res.effects(vals, res_args, tag) if res_args else None
         except Exception:   # noqa: BLE001 — the fused path replays the frame and names the failing node
-            return self._fused(ctx, kern, vals, tag)
+            return self._fused(ctx, kern, vals, tag, traced)
         self.runs["compiled"] += 1
         if apply is not None:
             apply()         # the compiled code succeeded: its effects on stacks, TensorArrays, Variables
@@ -135,17 +140,48 @@ class CompiledFrame:
                 res.append(self._out[k](x))
         return res
 
-    def _fused(self, ctx, kern, vals, tag):
+    def _fused(self, ctx, kern, vals, tag, traced=False):
         self.runs["fused"] += 1
-        return self.prog.fn(ctx, kern, vals, tag)
+        return (self.prog.traced_fn() if traced else self.prog.fn)(ctx, kern, vals, tag)
+
+    def _fused_timed(self, ctx, kern, vals, tag, traced=False):
+        t0 = time.perf_counter()
+        try:
+            return self._fused(ctx, kern, vals, tag, traced)
+        finally:
+            self.fused_seconds += time.perf_counter() - t0
 
     def _worth_compiling(self):
         from dfc.runtime.compiled import cache
+        if self.policy == "auto":
+            return self._job is not None or cache.on_disk(self.source) or self.fused_seconds >= AUTO_SECONDS
         if cache.is_cached(self.source):
             return True
-        if self.policy == "auto" and self.fused_seconds < AUTO_SECONDS:
-            return False
         return _budget["left"] > 0
+
+    def _compiled_elsewhere(self, args):
+        """compile_loops="auto": whether machine code for these arguments can run without compiling in this
+        process — in the disk cache, or just put there by a child process this frame started (background.py).
+        Starts that child the first time; a child that failed keeps the frame fused."""
+        from dfc.runtime.compiled import background, cache
+        if self._job is None:
+            if cache.on_disk(self.source):
+                return True
+            import numba
+            run = self._function()
+            types = tuple(numba.typeof(a) for a in args) + (numba.typeof(self.consts), numba.typeof(self._lp),
+                                                            numba.typeof(np.zeros(1, np.int64)))
+            self._job = background.start(run.py_func.__code__.co_filename, types, self.name)
+            return False
+        done = self._job.poll()
+        if done is None or self._job.error is not None:
+            return False
+        if not self._job_recorded:
+            self._job_recorded = True
+            with _stats_lock:
+                _STATS.append({"frame": self.name, "key": self.key, "seconds": self._job.seconds, "cached": False,
+                               "types": "background", "background": True})
+        return True
 
     def _record(self, run, seconds, args):
         cached = bool(sum(run.stats.cache_hits.values())) if hasattr(run, "stats") else False
