@@ -98,7 +98,7 @@ def bench_unroll(reps):
         g = dfc_lstm.build(cfg["H"], cfg["B"], cfg["T"], unrolled)
         build_s = time.perf_counter() - t0
         import dfc
-        s = dfc.Session(g, mode="threads", fuse_loops=fuse)
+        s = dfc.Session(g, mode="threads", fuse_loops=fuse, compile_loops=False)
         s.call(x, W, b)
         ts = []
         for _ in range(reps):

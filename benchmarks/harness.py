@@ -137,10 +137,12 @@ def traced(function, *args):
 
 
 def dfc_sessions(graph):
-    """name -> Session for each dfc execution path measured: the default (fused) one and, when this
-    checkout has it, the numba-compiled one."""
+    """name -> Session for each dfc execution path measured: the fused Python one (compile_loops=False)
+    and, when this checkout has it, the numba-compiled one (compiled on the first call, in this process).
+    The library's default, "auto", runs fused and then compiled once a child process has compiled the
+    frame: its steady state is the compiled row, its first calls the fused one."""
     import dfc
-    out = {"dfc (fused Python)": dfc.Session(graph)}
+    out = {"dfc (fused Python)": dfc.Session(graph, compile_loops=False)}
     if compiled_available():
         out["dfc (compiled, numba)"] = dfc.Session(graph, compile_loops=True)
     return out

@@ -56,6 +56,7 @@ def run(size="small", reps=5, unrolled=False, mode="threads", **session_kw):
     H, B, T = cfg["H"], cfg["B"], cfg["T"]
     x, W, b = make_inputs(H, B, T)
     g = build(H, B, T, unrolled)
+    session_kw.setdefault("compile_loops", False)       # the fused row; compile_loops=True for the compiled one
     s = dfc.Session(g, mode=mode, **session_kw)
     loss, dW, db = s.call(x, W, b)
     ref_loss, ref_dW, ref_db = numpy_loss_and_grads(x, W, b)
