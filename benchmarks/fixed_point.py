@@ -89,15 +89,7 @@ def _torch_solve(torch, W, b, tol):
 
 
 def systems(a):
-    g_fwd, n_fwd = harness.traced(fixed_point, *a)
-    g_grad, n_grad = harness.traced(fixed_point_gradient, *a)
-    fwd, grad = {}, {}
-    for name, s in harness.dfc_sessions(g_fwd).items():
-        fwd[name] = System(lambda s=s: s.call(*a), n_fwd)
-    for name, s in harness.dfc_sessions(g_grad).items():
-        grad[name] = System(lambda s=s: s.call(*a)[1:], n_grad)
-    fwd["numpy by hand"] = System(lambda: numpy_solve(*a))
-    grad["numpy by hand"] = System(error="— (no hand-written adjoint)")
+    fwd, grad = harness.forward_and_gradient(fixed_point, fixed_point_gradient, a, numpy_solve)
 
     def jax_fwd():
         jax, f, _, _ = _jax()

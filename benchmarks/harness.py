@@ -148,6 +148,19 @@ def dfc_sessions(graph):
     return out
 
 
+def forward_and_gradient(forward, gradient, a, numpy_forward):
+    """(forward systems, gradient systems) of a workload with a forward and a gradient dfc.function called
+    on the arguments `a`: every dfc path of each (dfc_sessions), the numpy forward, and the row saying numpy
+    has no hand-written adjoint. Competitors are added by the caller."""
+    g_fwd, note_fwd = traced(forward, *a)
+    g_grad, note_grad = traced(gradient, *a)
+    fwd = {name: System(lambda s=s: s.call(*a), note_fwd) for name, s in dfc_sessions(g_fwd).items()}
+    grad = {name: System(lambda s=s: s.call(*a)[1:], note_grad) for name, s in dfc_sessions(g_grad).items()}
+    fwd["numpy by hand"] = System(lambda: numpy_forward(*a))
+    grad["numpy by hand"] = System(error="— (no hand-written adjoint)")
+    return fwd, grad
+
+
 def table(title, rows, base="dfc (fused Python)", extra=None):
     """Markdown for one workload: median [p25-p75] ms, ratio to `base`, first call."""
     b = rows.get(base, {}).get("median_ms")

@@ -138,15 +138,7 @@ def _torch():
 def systems(a):
     """(forward systems, gradient systems): name -> System."""
     y0, mu, t_end, tol = a
-    g_fwd, note_fwd = harness.traced(ode_forward, *a)
-    g_grad, note_grad = harness.traced(ode_gradient, *a)
-    fwd, grad = {}, {}
-    for name, s in harness.dfc_sessions(g_fwd).items():
-        fwd[name] = System(lambda s=s: s.call(*a), note_fwd)
-    for name, s in harness.dfc_sessions(g_grad).items():
-        grad[name] = System(lambda s=s: s.call(*a)[1:], note_grad)
-    fwd["numpy by hand"] = System(lambda: numpy_forward(*a))
-    grad["numpy by hand"] = System(error="— (no hand-written adjoint)")
+    fwd, grad = harness.forward_and_gradient(ode_forward, ode_gradient, a, numpy_forward)
 
     def jax_fwd():
         jax, f, _, _, _ = _jax()

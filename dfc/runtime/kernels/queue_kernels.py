@@ -133,21 +133,31 @@ def _guarded(fn, done, fail):
 
 # ------------------------------------------------------------------------------------------ queues
 
-@kernel("QueueHandle")
-def _queue_handle(node, xp):
-    at = node.attrs
-    name, container = at["shared_name"], at.get("container", "")
+def _handle_kernel(kind, make):
+    """The kernel of a QueueHandle / AccumulatorHandle node: the resource `shared_name` of its container,
+    made by make(name, attrs) the first time (`kind`: the container's method, "queue" or "accumulator")."""
+    def build(node, xp):
+        at = node.attrs
+        name, container = at["shared_name"], at.get("container", "")
 
-    def f(ctx, a):
-        return (ctx.container(container).queue(
-            name, lambda: QueueResource(name, at["capacity"], at["dtypes"], at.get("shapes")), node=node.name),)
-    return f
+        def f(ctx, a):
+            return (getattr(ctx.container(container), kind)(name, lambda: make(name, at), node=node.name),)
+        return f
+    return build
 
 
-def _queue(h, node):
-    if not isinstance(h, QueueResource):
-        raise DfcRuntimeError(f"{node.op} needs a queue handle, got {type(h).__name__}", node=node.name)
-    return h
+def _checked(cls, what):
+    """h if it is a `cls` resource, else the DfcRuntimeError naming the node."""
+    def check(h, node):
+        if not isinstance(h, cls):
+            raise DfcRuntimeError(f"{node.op} needs {what} handle, got {type(h).__name__}", node=node.name)
+        return h
+    return check
+
+
+kernel("QueueHandle")(_handle_kernel(
+    "queue", lambda name, at: QueueResource(name, at["capacity"], at["dtypes"], at.get("shapes"))))
+_queue = _checked(QueueResource, "a queue")
 
 
 def elements_of(q, components, many, node_name=None):
@@ -258,21 +268,9 @@ def _queue_close(node, xp):
 
 # ------------------------------------------------------------------------------------------ accumulators
 
-@kernel("AccumulatorHandle")
-def _acc_handle(node, xp):
-    at = node.attrs
-    name, container = at["shared_name"], at.get("container", "")
-
-    def f(ctx, a):
-        return (ctx.container(container).accumulator(
-            name, lambda: AccumulatorResource(name, at["dtype"], at.get("shape")), node=node.name),)
-    return f
-
-
-def _acc(h, node):
-    if not isinstance(h, AccumulatorResource):
-        raise DfcRuntimeError(f"{node.op} needs an accumulator handle, got {type(h).__name__}", node=node.name)
-    return h
+kernel("AccumulatorHandle")(_handle_kernel(
+    "accumulator", lambda name, at: AccumulatorResource(name, at["dtype"], at.get("shape"))))
+_acc = _checked(AccumulatorResource, "an accumulator")
 
 
 @kernel("AccumulatorApplyGradient")
