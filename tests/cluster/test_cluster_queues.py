@@ -1,41 +1,24 @@
 """Queues and accumulators shared across cluster tasks by name (dfc/compiler/queues.py): a queue on ps:0,
 steps placed on worker:0 enqueue into it and steps placed on worker:1 dequeue from it, each step its own
 Session as separate workers would have; the ops on the queue's handle run in ps:0's process."""
-import threading
-
 import numpy as np
 import pytest
 
 import dfc
 from tests.clustertools import cluster
+from tests.threadtools import Background as _Background, until
 
 pytestmark = pytest.mark.xdist_group("ray")
 WAIT_S = 60
 
 
+def Background(fn):
+    return _Background(fn, WAIT_S)
+
+
 @pytest.fixture(scope="module")
 def c():
     return cluster()
-
-
-class Background:
-    def __init__(self, fn):
-        self.box = {}
-        self.thread = threading.Thread(target=self._work, args=(fn,), daemon=True)
-        self.thread.start()
-
-    def _work(self, fn):
-        try:
-            self.box["value"] = fn()
-        except BaseException as e:   # noqa: BLE001 — re-raised in the test's thread
-            self.box["error"] = e
-
-    def result(self):
-        self.thread.join(WAIT_S)
-        assert not self.thread.is_alive(), "the step never finished"
-        if "error" in self.box:
-            raise self.box["error"]
-        return self.box["value"]
 
 
 def test_workers_on_two_tasks_share_a_queue_on_the_ps_by_name(c):
@@ -100,7 +83,6 @@ def test_an_accumulator_on_the_ps_averages_gradients_from_two_workers(c):
 
 
 def test_session_cancel_ends_a_step_waiting_on_an_empty_queue_and_the_tasks_stay_usable(c):
-    import time
     with dfc.device("ps:0/cpu:0"):
         q = dfc.FIFOQueue(4, "int32", shapes=[], shared_name="cluster_cancel")
 
@@ -109,9 +91,7 @@ def test_session_cancel_ends_a_step_waiting_on_an_empty_queue_and_the_tasks_stay
             return q.dequeue() + 1
     get = dfc.Session(dfc.trace(consume), cluster=c)
     waiting = Background(get.call)
-    deadline = time.time() + WAIT_S
-    while not get._cluster_steps and time.time() < deadline:
-        time.sleep(0.01)
+    until(lambda: get._cluster_steps, WAIT_S)
     assert get.cancel("no producer any more") == 1
     with pytest.raises(dfc.DfcError, match="cancelled: no producer any more"):
         waiting.result()

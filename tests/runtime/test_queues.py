@@ -2,9 +2,6 @@
 dfc/runtime/kernels/queue_kernels.py): FIFO order, capacity, close, sharing by name, asynchronous waits,
 timeouts, in the reference interpreter and on the executor's paths. Waits are checked by instrumentation
 (what the queue has pending), never by timing."""
-import threading
-import time
-
 import numpy as np
 import pytest
 
@@ -12,6 +9,7 @@ import dfc
 from dfc.compiler.tracing import convert, current_builder
 from dfc.runtime import containers
 from tests.conftest import PATHS, run_all_modes
+from tests.threadtools import Background, until
 
 F32 = dfc.TensorSpec([], "float32")
 MODES = {"reference": lambda g: dfc.Session(g, mode="reference"),
@@ -23,39 +21,6 @@ WAIT_S = 30     # how long a test waits for another thread to reach a state befo
 
 def resource(q):
     return containers.get(q.container).lookup(q.shared_name)
-
-
-def until(cond):
-    """Wait until cond() holds (another thread reaches a state); fail if it never does."""
-    deadline = time.monotonic() + WAIT_S
-    while not cond():
-        assert time.monotonic() < deadline, "the other thread never got there"
-        time.sleep(0.005)
-
-
-class Background:
-    """fn() on a thread; .result() its value or raises its error."""
-
-    def __init__(self, fn):
-        self.box = {}
-        self.thread = threading.Thread(target=self._work, args=(fn,), daemon=True)
-        self.thread.start()
-
-    def _work(self, fn):
-        try:
-            self.box["value"] = fn()
-        except BaseException as e:   # noqa: BLE001 — re-raised in the test's thread
-            self.box["error"] = e
-
-    def done(self):
-        return not self.thread.is_alive()
-
-    def result(self):
-        self.thread.join(WAIT_S)
-        assert not self.thread.is_alive(), "the background step never finished"
-        if "error" in self.box:
-            raise self.box["error"]
-        return self.box["value"]
 
 
 # ------------------------------------------------------------------------------ order and sizes
