@@ -20,9 +20,9 @@ def broadcast(x, shape):
 
 @njit(cache=True, nogil=True)
 def flat(x, shape):
-    """x (C-contiguous, of shape's rank) as a flat array of `shape`'s elements (fusion.py), copied only when
-    it is broadcast."""
-    if x.shape == shape:
+    """x (C-contiguous, of at most shape's rank) as a flat array of `shape`'s elements (fusion.py), copied
+    only when it is broadcast."""
+    if x.size == size_of(shape):
         return x.reshape(x.size)
     b = np.broadcast_to(x, shape).copy()
     return b.reshape(b.size)
@@ -44,18 +44,23 @@ def size_of(shape):
 
 
 @njit(cache=True, nogil=True)
+def _operand(x, shape, n):
+    """x flat, as a binary loop reads it for a result of `shape` (n elements): itself if it has n elements or
+    one (stride 0), else a copy broadcast to `shape`."""
+    if x.size == n or x.size == 1:
+        return x.reshape(x.size)
+    return flat(x, shape)
+
+
+@njit(cache=True, nogil=True)
 def binary(LP, k, a, b, proto):
     """numpy's binary loop k on arrays a, b broadcast together; the result has proto's dtype."""
     shape = np.broadcast_shapes(a.shape, b.shape)
     out = np.empty(shape, proto.dtype)
     n = out.size
-    if a.size != n and a.size != 1:
-        a = np.broadcast_to(a, shape).copy()
-    if b.size != n and b.size != 1:
-        b = np.broadcast_to(b, shape).copy()
-    it_a, it_b = a.itemsize, b.itemsize
-    _call(LP, k, a.ctypes.data, b.ctypes.data, out.ctypes.data, it_a if a.size == n else 0,
-          it_b if b.size == n else 0, out.itemsize, n)
+    fa, fb = _operand(a, shape, n), _operand(b, shape, n)
+    _call(LP, k, fa.ctypes.data, fb.ctypes.data, out.ctypes.data, fa.itemsize if fa.size == n else 0,
+          fb.itemsize if fb.size == n else 0, out.itemsize, n)
     return out
 
 
