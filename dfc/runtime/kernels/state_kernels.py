@@ -91,12 +91,13 @@ class _Sum:
 
 class TensorArrayStore:
     """The storage behind a TensorArray handle."""
-    __slots__ = ("dtype", "items", "dynamic", "element_shape", "accumulate", "xp")
+    __slots__ = ("dtype", "items", "dynamic", "element_shape", "accumulate", "xp", "_np_dtype")
 
     def __init__(self, dtype, size, dynamic, element_shape, accumulate, xp=np):
         """xp: the array module of the device the array lives on (zeros of unwritten gradient elements)."""
         self.dtype, self.items, self.dynamic = dtype, [None] * size, dynamic
         self.element_shape, self.accumulate, self.xp = element_shape, accumulate, xp
+        self._np_dtype = np.dtype(dtype)    # compared with each written value's (dtype.name is slow)
 
     def _check_index(self, i, grow=False):
         i = int(i)
@@ -112,7 +113,7 @@ class TensorArrayStore:
     def write(self, i, v, key=()):
         """Set element i; an accumulating array adds `v` to it under `key` (see _Sum)."""
         i = self._check_index(i, grow=True)
-        if v.dtype.name != self.dtype:
+        if v.dtype != self._np_dtype:
             raise DfcRuntimeError(f"TensorArray of {self.dtype} cannot hold {v.dtype.name}")
         es = self.element_shape
         if es is not None and (len(es) != v.ndim or any(d is not None and d != n for d, n in zip(es, v.shape))):
@@ -192,7 +193,11 @@ def _ta_gather(node, xp):
 @kernel("TensorArrayConcat")
 def _ta_concat(node, xp):
     def f(ctx, a):
-        vals = [a[0].read(i) for i in range(len(a[0].items))]
+        ta = a[0]
+        if not ta.accumulate and all(v is not None for v in ta.items):
+            vals = ta.items                  # every element written: no per-element read checks
+        else:
+            vals = [ta.read(i) for i in range(len(ta.items))]
         if not vals:
             return (xp.zeros((0,) + tuple(a[0].element_shape or ())[1:], a[0].dtype),)
         return (xp.concatenate(vals, axis=0),)
