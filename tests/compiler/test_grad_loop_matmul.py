@@ -27,6 +27,29 @@ def rnn_transposed(xs, W, h0, n):
     return dfc.while_loop(lambda t, h: t < n, body, (0, h0))[1]
 
 
+def rnn_left(xs, W, h0, n):
+    """Columns as examples: h [H, B], W @ h."""
+    def body(t, h):
+        return t + 1, dfc.tanh(W @ h + dfc.transpose(xs[t]))
+    return dfc.while_loop(lambda t, h: t < n, body, (0, dfc.transpose(h0)))[1]
+
+
+def rnn_left_transposed(xs, W, h0, n):
+    def body(t, h):
+        return t + 1, dfc.tanh(dfc.matmul(W, h, transpose_a=True) + dfc.transpose(xs[t]))
+    return dfc.while_loop(lambda t, h: t < n, body, (0, dfc.transpose(h0)))[1]
+
+
+def rnn_vector(xs, W, h0, n):
+    """One example as a vector: W @ h (h 1-D, a one-column matrix in the graph) and h @ W."""
+    def body(t, h):
+        return t + 1, dfc.tanh(W @ h + xs[t][0]) + dfc.sin(h @ W)
+    return dfc.while_loop(lambda t, h: t < n, body, (0, h0[0]))[1]
+
+
+CELLS = [rnn, rnn_transposed, rnn_left, rnn_left_transposed, rnn_vector]
+
+
 def specs(*args):
     return [dfc.TensorSpec(np.shape(a), np.asarray(a).dtype.name) for a in args]
 
@@ -35,13 +58,25 @@ def args(n, H=3, B=2, T=5):
     return rng.normal(size=(T, B, H)) * 0.5, rng.normal(size=(H, H)) * 0.5, rng.normal(size=(B, H)), np.int64(n)
 
 
-@pytest.mark.parametrize("fn", [rnn, rnn_transposed])
+@pytest.mark.parametrize("fn", CELLS)
 @pytest.mark.parametrize("n", [0, 1, 5])
 def test_weight_gradient_matches_finite_differences(fn, n):
     a = args(n)
     _, grads = check(fn, *a, wrt=[0, 1, 2])
     if n == 0:
         np.testing.assert_array_equal(grads[1], np.zeros_like(a[1]))
+
+
+@pytest.mark.parametrize("fn", CELLS)
+def test_every_layout_is_rewritten_and_agrees_with_the_per_iteration_sum(fn, monkeypatch):
+    a = args(5)
+    g = build(fn, *specs(*a), wrt=[1])
+    assert ops_of(g).count("TensorArrayConcat") == 2 * sum(op == "MatMul" for op in ops_of(
+        dfc.trace(fn, *specs(*a))))
+    monkeypatch.setenv("DFC_BATCH_LOOP_GRADS", "0")
+    plain = build(fn, *specs(*a), wrt=[1])
+    np.testing.assert_allclose(dfc.Session(g).call(*a)[1][0], dfc.Session(plain).call(*a)[1][0], rtol=1e-12,
+                               atol=1e-12)
 
 
 def test_the_rewrite_replaces_the_per_iteration_weight_matmul(monkeypatch):

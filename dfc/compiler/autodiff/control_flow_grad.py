@@ -145,7 +145,7 @@ def loop_grad(gs, L, grads):
     for j, d in enumerate(deferred.values()):
         if d.flows is not None:
             ref = parse_input(nodes[caps[d.cap_index].node].data_inputs[0])
-            total = d.total(GL.exits[first + 2 * j:first + 2 * j + 2], nodes[d.node].attrs.get("transpose_b"))
+            total = d.total(GL.exits[first + 2 * j:first + 2 * j + 2])
             grads.setdefault(f"{ref[0]}:{ref[1]}", []).append(total)
     outer = gs.grad_loop_of(G)
     if outer is not None:

@@ -12,9 +12,12 @@ one by one) stays alive until the gradient loop ends, so a loop that swaps
 (swap_memory=True) keeps the per-iteration sum, and `DFC_BATCH_LOOP_GRADS=0`
 turns the rewrite off everywhere.
 
+The same holds for an invariant on the left (`W @ x_t`, a column-vector
+recurrence) and for transposed operands: each iteration adds P_t^T @ Q_t, with
+P_t and Q_t the other operand or the output gradient (transposed as needed).
 Applies to a MatMul directly in the loop's body (not in a cond branch or an
-inner loop, so it runs exactly once per iteration), both operands of static
-rank 2, the invariant as its right operand, the left one not transposed.
+inner loop, so it runs exactly once per iteration), both operands 2-D (a 1-D
+operand of dfc.matmul is a 1-row or 1-column matrix in the graph).
 """
 import os
 
@@ -32,42 +35,59 @@ def enabled():
 
 
 class Deferred:
-    """One forward MatMul whose invariant-operand gradient is summed by a single GEMM after the loop."""
+    """One forward MatMul whose invariant operand's gradient is one GEMM after the loop: every iteration adds
+    P_t^T @ Q_t to it (P_t, Q_t: the other operand or the output gradient, maybe transposed; their columns are
+    the invariant's two dimensions), so the sum is concat_t(P_t)^T @ concat_t(Q_t)."""
 
-    def __init__(self, node, cap_index, K, N):
-        self.node, self.cap_index, self.K, self.N = node, cap_index, K, N
-        self.tas = None          # (TensorArray of a_t, TensorArray of g_t), made in the gradient loop's context
+    def __init__(self, node, cap_index, k, factors, shape):
+        self.node, self.cap_index, self.k = node, cap_index, k
+        self.factors = factors   # ((source, transposed) of P, of Q); source "x": the other operand, "g": d output
+        self.shape = shape       # the invariant's static shape
+        self.tas = None          # (TensorArray of P_t, of Q_t), made in the gradient loop's context
         self.flows = None        # their flows after this iteration's writes (None: the rule never ran)
 
     def init(self, dtype, size):
         """The two TensorArrays (in the current context, outside the gradient loop); their flows."""
-        self.tas = (TensorArray(dtype, size, dynamic_size=False, element_shape=[None, self.K]),
-                    TensorArray(dtype, size, dynamic_size=False, element_shape=[None, self.N]))
+        self.tas = tuple(TensorArray(dtype, size, dynamic_size=False, element_shape=[None, n]) for n in self.shape)
         return [ta.flow for ta in self.tas]
 
     def flow_types(self):
         return [TType(ta.flow.dtype, ta.flow.shape) for ta in self.tas]
 
     def backprop(self, op, g, flows, index):
-        """The MatMul's gradient rule inside the gradient loop: the left operand's gradient as usual; the
-        right one's factors written at `index` of the TensorArrays instead of multiplied here."""
-        tb = op.attrs["transpose_b"]
-        a, w = op.x(0), op.x(1)
-        ga = ops_api.matmul(g, w) if tb else ops_api.matmul(g, w, transpose_b=True)
-        self.flows = [ta._with_flow(f).write(index, v).flow for ta, f, v in zip(self.tas, flows, (a, g))]
-        return [ga, None]
+        """The MatMul's gradient rule inside the gradient loop: the other operand's gradient as usual; the
+        invariant's factors written at `index` of the TensorArrays instead of multiplied here."""
+        from dfc.compiler.autodiff.op_grads import _matmul_grad
+        need = [True, True]
+        need[self.k] = False
+        grads = _matmul_grad(op, g, need)
+        x = op.x(1 - self.k)
+        vals = [ops_api.transpose(v) if t else v for v, t in ((x if src == "x" else g, t) for src, t in self.factors)]
+        self.flows = [ta._with_flow(f).write(index, v).flow for ta, f, v in zip(self.tas, flows, vals)]
+        return grads
 
-    def total(self, exit_flows, transpose_b):
-        """After the loop: sum_t a_t^T g_t (or its transpose for a transposed right operand), one matmul."""
-        a_all, g_all = (ta._with_flow(f).concat() for ta, f in zip(self.tas, exit_flows))
-        if transpose_b:
-            return ops_api.matmul(g_all, a_all, transpose_a=True)
-        return ops_api.matmul(a_all, g_all, transpose_a=True)
+    def total(self, exit_flows):
+        """After the loop: the sum over iterations, one matmul."""
+        p_all, q_all = (ta._with_flow(f).concat() for ta, f in zip(self.tas, exit_flows))
+        return ops_api.matmul(p_all, q_all, transpose_a=True)
+
+
+def _factors(k, ta, tb):
+    """(P, Q) for invariant input k of a MatMul with these transposes, such that d(input k) = P^T Q summed.
+
+    z = op(a) @ op(b), g = dz. Right invariant (k = 1): d op(b) = op(a)^T g, so d b = op(a)^T g (P = op(a),
+    Q = g), or g^T op(a) when b is transposed (P = g, Q = op(a)). Left invariant (k = 0): d op(a) = g op(b)^T =
+    (g^T)^T op(b)^T, so d a = P^T Q with P = g^T, Q = op(b)^T, or the two swapped when a is transposed."""
+    if k == 1:
+        opa = ("x", ta)
+        return (("g", False), opa) if tb else (opa, ("g", False))
+    opb_t = ("x", not tb)
+    return (opb_t, ("g", True)) if ta else (("g", True), opb_t)
 
 
 def find(gs, L, caps):
-    """The MatMuls of loop L's body whose right operand is one of the loop invariants `caps` (constant Enters
-    whose gradient is wanted) and that the rewrite applies to: {node name: Deferred}."""
+    """The MatMuls of loop L's body with an operand among the loop invariants `caps` (constant Enters whose
+    gradient is wanted) that the rewrite applies to: {node name: Deferred}."""
     if not enabled() or L.swap_memory:
         return {}
     nodes = gs.graph.nodes
@@ -77,19 +97,21 @@ def find(gs, L, caps):
         if not isinstance(name, str):
             continue
         n = nodes[name]
-        if n.op != "MatMul" or n.attrs.get("transpose_a"):
+        if n.op != "MatMul":
             continue
         refs = ["{}:{}".format(*parse_input(r)[:2]) for r in n.data_inputs]
-        k = cap_of.get(refs[1])
-        if k is None or refs[0] == refs[1]:
+        hits = [k for k in (1, 0) if refs[k] in cap_of]
+        if len(hits) != 1 or refs[0] == refs[1] or gs.b.tensors[name][0].ctx is not L:
             continue
-        a, w = gs.tensor(refs[0]), gs.tensor(refs[1])
-        if a.ctx is not L or gs.b.tensors[name][0].ctx is not L or w.dtype not in FLOATS:
+        k = hits[0]
+        w, x = gs.tensor(refs[k]), gs.tensor(refs[1 - k])
+        if x.ctx is not L or w.dtype not in FLOATS or x.shape is None or len(x.shape) != 2:
             continue
-        if a.shape is None or len(a.shape) != 2 or w.shape is None or len(w.shape) != 2 or None in w.shape:
+        if w.shape is None or len(w.shape) != 2 or None in w.shape:
             continue
-        K, N = (w.shape[1], w.shape[0]) if n.attrs.get("transpose_b") else (w.shape[0], w.shape[1])
-        found[name] = Deferred(name, k, int(K), int(N))
+        found[name] = Deferred(name, cap_of[refs[k]], k, _factors(k, n.attrs.get("transpose_a"),
+                                                                   n.attrs.get("transpose_b")),
+                               tuple(int(d) for d in w.shape))
     return found
 
 

@@ -90,21 +90,23 @@ def _prod_grad(op, g):
     return [K.divide(_make("BroadcastTo", (_keep_dims(op, g * op.y(0)), op.shape_in(0))), op.x(0))]
 
 
-def _matmul_grad(op, g):
+def _matmul_grad(op, g, need=(True, True)):
+    """[d a, d b] of a @ b (transposes as the op says); need[k] False leaves input k's gradient None (its
+    factors are summed elsewhere: autodiff/loop_matmul.py)."""
     ta, tb = op.attrs["transpose_a"], op.attrs["transpose_b"]
-    a, b = op.x(0), op.x(1)
     mm = K.matmul
-    if not ta and not tb:
-        ga, gb = mm(g, b, transpose_b=True), mm(a, g, transpose_a=True)
-    elif not ta and tb:
-        ga, gb = mm(g, b), mm(g, a, transpose_a=True)
-    elif ta and not tb:
-        ga, gb = mm(b, g, transpose_b=True), mm(a, g)
-    else:
-        ga, gb = mm(b, g, transpose_a=True, transpose_b=True), mm(g, a, transpose_a=True, transpose_b=True)
+    ga = gb = None
+    if need[0]:
+        b = op.x(1)
+        ga = (mm(g, b, transpose_b=not tb) if not ta else
+              mm(b, g, transpose_b=True) if not tb else mm(b, g, transpose_a=True, transpose_b=True))
+    if need[1]:
+        a = op.x(0)
+        gb = (mm(a, g, transpose_a=not ta) if not tb else
+              mm(g, a, transpose_a=True) if not ta else mm(g, a, transpose_a=True, transpose_b=True))
     if op.input(0).ndim == 2 and op.input(1).ndim == 2:
         return [ga, gb]
-    return [unbroadcast(op, 0, ga), unbroadcast(op, 1, gb)]
+    return [None if ga is None else unbroadcast(op, 0, ga), None if gb is None else unbroadcast(op, 1, gb)]
 
 
 def _cast_grad(op, g):
