@@ -42,7 +42,7 @@ class Job:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._proc = subprocess.Popen([sys.executable, "-m", "dfc.runtime.compiled.background", module_path,
                                        self._types_path], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=self._err, env=env, preexec_fn=_lower_priority)
+                                      stderr=self._err, env=env)
 
     def poll(self):
         """None while the child runs; then True (compiled into the cache) or False (failed: see .error)."""
@@ -95,6 +95,7 @@ def _stop_all():
 
 
 def _main(module_path, types_path):
+    _lower_priority()           # here, not as Popen's preexec_fn (unsafe in a process with threads)
     import importlib.util
     with open(types_path, "rb") as f:
         types = pickle.load(f)
