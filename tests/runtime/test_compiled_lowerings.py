@@ -244,3 +244,38 @@ def test_random_draws_in_compiled_loops_are_the_kernels_numbers():
     np.testing.assert_array_equal(got[0], first)
     np.testing.assert_array_equal(got[1], want[1])
     assert not np.array_equal(got[0], got[1])
+
+
+def test_tensor_array_writes_from_compiled_code_are_undone_when_one_fails():
+    """resources._write_all: an accumulating store's gradient sums and a fixed-size store's elements are as
+    they were after a failing write (and after the undo of writes that passed)."""
+    from dfc.runtime.compiled import resources
+    from dfc.runtime.kernels.state_kernels import TensorArrayStore
+    acc = TensorArrayStore("float64", 2, False, (2,), True)
+    acc.write(0, np.ones(2), ("w", (), 0))
+    before = acc.read(0).copy()
+    with pytest.raises(resources.Replay):
+        resources._write_all(acc, [(0, np.full(2, 5.0), ("w", (1,), 0)), (1, np.ones(2), ("w", (1,), 0)),
+                                   (2, np.ones(2), ("w", (2,), 0))])          # index 2: out of range
+    np.testing.assert_array_equal(acc.read(0), before)
+    assert acc.items[1] is None and len(acc.items[0].parts) == 1
+    undo = resources._write_all(acc, [(0, np.full(2, 5.0), ("w", (1,), 0))])
+    np.testing.assert_array_equal(acc.read(0), before + 5.0)
+    undo()
+    np.testing.assert_array_equal(acc.read(0), before)
+
+
+def test_stacks_cross_in_bulk_as_rows_of_one_array():
+    """A stack filled from compiled code holds the rows of one array; handed to compiled code again it goes
+    over as that array's rows (no stacking), and anything else is stacked."""
+    from dfc.runtime.compiled import helpers, resources
+    lst = helpers.rows_to_list(np.arange(12.0).reshape(3, 2, 2))
+    items = resources._from_list(lst, np.dtype(np.float64), 2)
+    base = resources._rows_of(items)
+    assert base is not None and all(v.base is base for v in items)
+    assert resources._rows_of(items[:2]) is None and resources._rows_of(items[::-1]) is None
+    assert resources._rows_of([np.ones((2, 2)), np.zeros((2, 2))]) is None
+    for stack in (items, items[:2], [np.ones((2, 2)), np.zeros((2, 2))]):
+        back = resources._from_list(resources._typed_list(stack, np.dtype(np.float64), 2), np.dtype(np.float64), 2)
+        assert len(back) == len(stack) and all(np.array_equal(a, b) for a, b in zip(back, stack))
+    assert resources._typed_list(items, np.dtype(np.float32), 2) is None       # another dtype: run fused

@@ -246,11 +246,11 @@ def scalars_to_list(a):
 
 @njit(cache=True, nogil=True)
 def rows_to_list(a):
-    """A typed List of copies of a[0], a[1], ... (a non-empty stack of arrays of one shape handed to
-    compiled code)."""
+    """A typed List of a[0], a[1], ...: views of a non-empty C-contiguous stack of arrays of one shape
+    (compiled code never writes into the arrays it is given)."""
     lst = typed.List()
     for i in range(a.shape[0]):
-        lst.append(np.ascontiguousarray(a[i]).copy())
+        lst.append(a[i])
     return lst
 
 
@@ -269,8 +269,11 @@ def list_to_rows(lst):
     shape (if not, the result is not filled)."""
     first = lst[0]
     out = np.empty((len(lst),) + first.shape, first.dtype)
+    flat = out.reshape(out.size)
+    m = first.size
     for i in range(len(lst)):
-        if lst[i].shape != first.shape:
+        x = lst[i]
+        if x.shape != first.shape:
             return out, False
-        out[i] = lst[i]
+        flat[i * m:(i + 1) * m] = x.reshape(m)      # (1-D copies: n-d assignment walks index by index)
     return out, True

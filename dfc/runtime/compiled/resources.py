@@ -45,6 +45,9 @@ def _typed_list(items, dtype, ndim):
     from numba import typed
 
     from dfc.runtime.compiled import helpers as H
+    base = _rows_of(items) if items and ndim else None
+    if base is not None and base.dtype == dtype:        # the rows of one array, as _from_list left them
+        return H.rows_to_list(base)
     if items and not (ndim == 0 and set(map(type, items)) == {dtype.type}):     # (numpy scalars: quick)
         try:        # host values of this dtype and rank only (a device array stays on the fused path)
             if {(isinstance(v, (np.ndarray, np.generic)), v.dtype, v.ndim) for v in items} != {(True, dtype, ndim)}:
@@ -62,6 +65,20 @@ def _typed_list(items, dtype, ndim):
     for v in items:
         lst.append(arg(v, dtype, ndim))
     return lst
+
+
+def _rows_of(items):
+    """The array whose rows, in order, are `items`, or None: a stack that _from_list filled with the rows of
+    one array holds them in order (pushes append, pops take from the end), so the rows of an array as long as
+    the stack, all of them views of it, are its items (first and last checked by address)."""
+    base = getattr(items[0], "base", None)
+    if not isinstance(base, np.ndarray) or len(base) != len(items) or base.ndim != items[0].ndim + 1 \
+            or not base.flags.c_contiguous or any(v.base is not base for v in items):
+        return None
+    at = lambda v: v.__array_interface__["data"][0]     # noqa: E731
+    if at(items[0]) != at(base) or at(items[-1]) != at(base) + (len(base) - 1) * base.strides[0]:
+        return None
+    return base
 
 
 def _from_list(lst, dtype, ndim):
@@ -133,27 +150,25 @@ class Resources:
 
     def effects(self, vals, args, tag):
         """Check what the compiled code did to each resource and return the function that applies it;
-        raises Replay if it cannot be applied (e.g. a TensorArray index written twice)."""
-        todo = []
-        for k, (use, dtype, ndim) in self.uses.items():
-            obj, a = vals[k], args[k]
-            if use == "push":
-                todo.append(lambda obj=obj, a=a, dtype=dtype, ndim=ndim: obj.extend(_from_list(a, dtype, ndim)))
-            elif use == "pop":
-                todo.append(lambda obj=obj, a=a: obj.__delitem__(slice(len(a), None)))
-            elif use == "ta_write":
-                writes = self._writes(a, dtype, ndim, tag)
-                trial = copy.copy(obj)       # the writes on a copy first: the store changes only if all pass
-                trial.items = [_copy_item(x) for x in obj.items]
-                try:
-                    for i, v, key in writes:
-                        trial.write(i, v, key)
-                except DfcRuntimeError:
-                    raise Replay() from None
-                todo.append(lambda obj=obj, writes=writes: [obj.write(i, v, key) for i, v, key in writes])
-            elif use == "var_rw":
-                value = _back(a[0], dtype, ndim)
-                todo.append(lambda obj=obj, value=value: obj.assign(value, "Assign", self.name))
+        raises Replay if it cannot be applied (e.g. a TensorArray index written twice), leaving every
+        resource as it was. (TensorArray writes are made here, and undone if any check fails.)"""
+        todo, undo = [], []
+        try:
+            for k, (use, dtype, ndim) in self.uses.items():
+                obj, a = vals[k], args[k]
+                if use == "push":
+                    todo.append(lambda obj=obj, a=a, dtype=dtype, ndim=ndim: obj.extend(_from_list(a, dtype, ndim)))
+                elif use == "pop":
+                    todo.append(lambda obj=obj, a=a: obj.__delitem__(slice(len(a), None)))
+                elif use == "ta_write":
+                    undo.append(_write_all(obj, self._writes(a, dtype, ndim, tag)))
+                elif use == "var_rw":
+                    value = _back(a[0], dtype, ndim)
+                    todo.append(lambda obj=obj, value=value: obj.assign(value, "Assign", self.name))
+        except Exception:   # noqa: BLE001 — Replay, or anything else: the fused path replays the frame
+            for u in reversed(undo):
+                u()
+            raise
 
         def apply():
             for f in todo:
@@ -177,10 +192,31 @@ class Resources:
         return out
 
 
+def _write_all(store, writes):
+    """Make the (index, value, key) writes on a TensorArrayStore; raises Replay, with the store as it was, if
+    one fails. Returns the function that undoes them (for a later resource's failed check)."""
+    items = list(store.items)
+    sums = {}           # index -> a copy of the gradient sum it held before (its parts change in place)
+    try:
+        for i, v, key in writes:
+            j = int(i)
+            if 0 <= j < len(store.items) and j not in sums and hasattr(store.items[j], "parts"):
+                sums[j] = _copy_item(store.items[j])
+            store.write(i, v, key)
+    except DfcRuntimeError:
+        _restore(store, items, sums)
+        raise Replay() from None
+    return lambda: _restore(store, items, sums)
+
+
+def _restore(store, items, sums):
+    store.items = items
+    for j, c in sums.items():
+        items[j] = c
+
+
 def _copy_item(x):
-    """A TensorArray element for a trial store: a gradient sum (state_kernels._Sum) copied, else itself."""
-    if hasattr(x, "parts"):
-        c = copy.copy(x)
-        c.parts = dict(x.parts)
-        return c
-    return x
+    """A copy of a gradient sum (state_kernels._Sum) as it is now."""
+    c = copy.copy(x)
+    c.parts = dict(x.parts)
+    return c
