@@ -865,7 +865,7 @@ def _check_declared(v, t, node):
     if t is None or t.dtype == dt.HANDLE:
         return
     dtype = getattr(v, "dtype", None)
-    if dtype is None or dtype.name != t.dtype or not dt.shapes_compatible(tuple(v.shape), t.shape):
+    if dtype is None or dtype != t.dtype or not dt.shapes_compatible(tuple(v.shape), t.shape):
         got = f"{dtype}{list(getattr(v, 'shape', ()))}" if dtype is not None else type(v).__name__
         raise DfcRuntimeError(f"computed {got}, but the graph declares {t!r}: the graph's declared types "
                               f"do not match what it computes", node=node)
