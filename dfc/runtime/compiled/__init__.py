@@ -113,10 +113,10 @@ class CompiledFrame:
             return self._fused_timed(ctx, kern, vals, tag, traced)
         run = self._function()
         try:
-            n_sigs = len(run.signatures)
+            n_sigs = len(run.overloads)     # (not .signatures: it rebuilds a list of hashed types, ~28 us)
             t0 = time.perf_counter()
             outs = run(*args, self.consts, self._lp, np.array((ctx.run_count,) + tuple(tag), np.int64))
-            if len(run.signatures) != n_sigs:
+            if len(run.overloads) != n_sigs:
                 self._record(run, time.perf_counter() - t0, args)
             self._compiled_once = True
             apply = self._res.effects(vals, res_args, tag) if res_args else None
