@@ -269,7 +269,7 @@ def test_stacks_cross_in_bulk_as_rows_of_one_array():
     """A stack filled from compiled code holds the rows of one array; handed to compiled code again it goes
     over as that array's rows (no stacking), and anything else is stacked."""
     from dfc.runtime.compiled import helpers, resources
-    lst = helpers.rows_to_list(np.arange(12.0).reshape(3, 2, 2))
+    lst = helpers.to_list(np.arange(12.0).reshape(3, 2, 2))
     items = resources._from_list(lst, np.dtype(np.float64), 2)
     base = resources._rows_of(items)
     assert base is not None and all(v.base is base for v in items)

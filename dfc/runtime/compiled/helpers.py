@@ -236,18 +236,9 @@ def kernel_call(node, R, chain, args, ndim):
 
 
 @njit(cache=True, nogil=True)
-def scalars_to_list(a):
-    """A typed List of the elements of non-empty 1-D array a (a stack of scalars handed to compiled code)."""
-    lst = typed.List()
-    for i in range(a.shape[0]):
-        lst.append(a[i])
-    return lst
-
-
-@njit(cache=True, nogil=True)
-def rows_to_list(a):
-    """A typed List of a[0], a[1], ...: views of a non-empty C-contiguous stack of arrays of one shape
-    (compiled code never writes into the arrays it is given)."""
+def to_list(a):
+    """A typed List of a[0], a[1], ... of a non-empty C-contiguous array: the scalars of a 1-D one, views of
+    the rows of another (a stack handed to compiled code, which never writes into the arrays it is given)."""
     lst = typed.List()
     for i in range(a.shape[0]):
         lst.append(a[i])

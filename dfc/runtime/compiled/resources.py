@@ -47,7 +47,7 @@ def _typed_list(items, dtype, ndim):
     from dfc.runtime.compiled import helpers as H
     base = _rows_of(items) if items and ndim else None
     if base is not None and base.dtype == dtype:        # the rows of one array, as _from_list left them
-        return H.rows_to_list(base)
+        return H.to_list(base)
     if items and not (ndim == 0 and set(map(type, items)) == {dtype.type}):     # (numpy scalars: quick)
         try:        # host values of this dtype and rank only (a device array stays on the fused path)
             if {(isinstance(v, (np.ndarray, np.generic)), v.dtype, v.ndim) for v in items} != {(True, dtype, ndim)}:
@@ -56,9 +56,9 @@ def _typed_list(items, dtype, ndim):
             return None
     if items:
         if ndim == 0:
-            return H.scalars_to_list(np.array(items, dtype))
+            return H.to_list(np.array(items, dtype))
         try:
-            return H.rows_to_list(np.stack(items))
+            return H.to_list(np.stack(items))
         except ValueError:          # elements of several shapes: one by one
             pass
     lst = typed.List.empty_list(_numba_type(dtype, ndim))

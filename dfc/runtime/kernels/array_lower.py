@@ -56,19 +56,25 @@ def _rank(e):
     return [f"np.int64({e.ins[0].ndim})"]
 
 
+def _to_shape(e, check=None):
+    """(x, s, x's Type, the output Type) of an op taking a value x and a target shape s (a 1-D integer tensor,
+    checked to have the output's rank at run time when `check` names the op for the error)."""
+    if e.ins[1].ndim != 1:
+        raise Unsupported(f"{e.node.op} to a shape that is not a 1-D tensor")
+    if check:
+        _check_shape(e, e.args[1], e.outs[0].ndim, check)
+    return e.args[0], e.args[1], e.ins[0], e.outs[0]
+
+
 @lowering("Reshape")
 def _reshape(e):
-    x, s = e.args
-    t, out = e.ins[0], e.outs[0]
-    if e.ins[1].ndim != 1:
-        raise Unsupported("Reshape to a shape that is not a 1-D tensor")
+    x, s, t, out = _to_shape(e)
     src = f"np.full(1, {x})" if t.ndim == 0 else x
     if out.ndim == 0:
         e.stmt(f"if {s}.size != 0 or {src}.size != 1: raise ValueError('cannot reshape')")
         return [f"{src}[0]"]
     e.stmt(f"if {s}.size != {out.ndim}: raise ValueError('cannot reshape')")
-    dims = "".join(f"{s}[{j}], " for j in range(out.ndim))
-    return [f"{src}.reshape(({dims}))"]
+    return [f"{src}.reshape({_dims(s, out.ndim)})"]
 
 
 @lowering("ExpandDims")
@@ -155,11 +161,7 @@ def _fill(e):
 
 @lowering("BroadcastTo")
 def _broadcast_to(e):
-    x, s = e.args
-    t, out = e.ins[0], e.outs[0]
-    if e.ins[1].ndim != 1:
-        raise Unsupported("BroadcastTo a shape that is not a 1-D tensor")
-    _check_shape(e, s, out.ndim, "BroadcastTo")
+    x, s, t, out = _to_shape(e, "BroadcastTo")
     if out.ndim == 0:
         return [x]
     if t.ndim == 0:
@@ -171,11 +173,7 @@ def _broadcast_to(e):
 def _sum_to_shape(e):
     """numpy's sums over the leading axes, then over the axes the shape keeps as 1 (one contiguous run of
     axes; other cases raise, and the fused path computes them)."""
-    x, s = e.args
-    t, out = e.ins[0], e.outs[0]
-    if e.ins[1].ndim != 1:
-        raise Unsupported("SumToShape to a shape that is not a 1-D tensor")
-    _check_shape(e, s, out.ndim, "SumToShape")
+    x, s, t, out = _to_shape(e, "SumToShape")
     if t.ndim == 0:
         return [x]
     d = t.dtype
