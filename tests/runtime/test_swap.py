@@ -12,36 +12,17 @@ from dfc.runtime.memory import Swapper, Swapped
 B, H, T = 8, 32, 48
 
 
-def lstm_train_step(xs, W, U, b, swap):
-    """Loss of a one-layer LSTM over xs and its gradients with respect to W, U and b."""
-    n = dfc.shape(xs)[0]
-
-    def body(t, h, c, loss):
-        z = xs[t] @ W + h @ U + b
-        i, f, o = dfc.sigmoid(z[:, :H]), dfc.sigmoid(z[:, H:2 * H]), dfc.sigmoid(z[:, 2 * H:3 * H])
-        c = f * c + i * dfc.tanh(z[:, 3 * H:])
-        h = o * dfc.tanh(c)
-        return t + 1, h, c, loss + dfc.reduce_sum(h * h)
-    zeros = dfc.zeros([B, H], "float32")
-    loss = dfc.while_loop(lambda t, h, c, l: t < n, body, (0, zeros, zeros, dfc.constant(np.float32(0))),
-                          swap_memory=swap)[3]
-    return (loss,) + tuple(dfc.gradients(loss, [W, U, b]))
-
-
 def lstm_graph(swap, device="accel:0"):
-    """The training step's graph. Built with the weights' gradients summed per iteration (DFC_BATCH_LOOP_GRADS=0)
-    as a swapping loop always is (dfc/compiler/autodiff/loop_matmul.py keeps all iterations' factors for one
-    GEMM after the loop, which is what swapping avoids): graphs with and without swap then do the same
-    arithmetic, and the runtime swap option has every saved value on stacks."""
-    def f(xs, W, U, b):
-        with dfc.device(device):
-            return lstm_train_step(xs, W, U, b, swap)
-    specs = [dfc.TensorSpec([None, B, H], "float32"), dfc.TensorSpec([H, 4 * H], "float32"),
-             dfc.TensorSpec([H, 4 * H], "float32"), dfc.TensorSpec([4 * H], "float32")]
+    """A one-layer LSTM's loss over xs and its gradients with respect to W, U and b (the swapping benchmark's
+    graph, benchmarks/swapping.py), built, as that benchmark builds it, with the weights' gradients summed per
+    iteration (DFC_BATCH_LOOP_GRADS=0): a swapping loop always is (dfc/compiler/autodiff/loop_matmul.py keeps
+    all iterations' factors for one GEMM after the loop, which is what swapping avoids), so graphs with and
+    without swap do the same arithmetic, and the runtime swap option has every saved value on stacks."""
+    from benchmarks.swapping import lstm_graph as graph
     before = os.environ.get("DFC_BATCH_LOOP_GRADS")
     os.environ["DFC_BATCH_LOOP_GRADS"] = "0"
     try:
-        return dfc.trace(f, *specs)
+        return graph(B, H, swap, device)
     finally:
         if before is None:
             del os.environ["DFC_BATCH_LOOP_GRADS"]
