@@ -56,7 +56,11 @@ def _mixed(x, b, c, k, n):
         u = dfc.relu(a - 0.1) + dfc.maximum(dfc.exp(-dfc.square(a)), a * 0.3)
         v = dfc.where(u > 0.2, dfc.pow(dfc.abs(u) + 1.0, 1.5), -u)
         h2 = v * dfc.cast(q % 3 + q // 2 > k, "float64") + v * 0.5
-        return i + 1, h2, acc + dfc.reduce_sum(h2 * h2), q + 1
+        # reductions to one value (reduced into a scalar: P.reduce_all), of one element too (q[:1])
+        r = dfc.reduce_sum(h2 * h2) + dfc.reduce_max(h2) * dfc.reduce_min(dfc.reshape(h2, [-1])[:1]) \
+            + dfc.reduce_prod(v[0]) + dfc.cast(dfc.reduce_any(q[:1] > 3), "float64") \
+            + dfc.cast(dfc.reduce_all(q > 0), "float64")
+        return i + 1, h2, acc + r, q + 1
     q0 = dfc.cast(dfc.reshape(x, [-1])[:4] * 10.0, "int64")
     return dfc.while_loop(lambda i, h, acc, q: i < n, body, (0, x, dfc.constant(np.float64(0.0)), q0))
 

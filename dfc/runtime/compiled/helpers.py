@@ -15,6 +15,8 @@ def broadcast(x, shape):
     """x (C-contiguous) as a C-contiguous array of `shape`, copied only when its shape differs."""
     if x.shape == shape:
         return x
+    if x.size == 1:
+        return np.full(shape, x.reshape(1)[0])
     return np.broadcast_to(x, shape).copy()
 
 

@@ -109,6 +109,29 @@ def call_scalar_loop(typingctx, fn, ctx, aux, args, out):
     return sig, codegen
 
 
+@intrinsic
+def call_reduce_loop(typingctx, fn, ctx, aux, init, ptr, n, stride):
+    """(status, result) of the loop in reduce mode, as numpy reduces one contiguous run into a scalar
+    `init`: out = init; out op= the n elements from address `ptr`, `stride` bytes apart (numpy's pairwise sum
+    for add). The scalar is held on the stack."""
+    if not isinstance(init, (types.Number, types.Boolean)):
+        return None
+    ret = types.Tuple((types.int32, init))
+    sig = ret(types.intp, types.intp, types.intp, init, types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, a):
+        intp = context.get_value_type(types.intp)
+        res = cgutils.alloca_once(builder, context.get_data_type(init))
+        builder.store(context.get_value_as_data(builder, init, a[3]), res)
+        at = builder.ptrtoint(res, intp)
+        zero = ir.Constant(intp, 0)
+        status = _call(builder, a[0], a[1], a[2], _intp_array(context, builder, [at, a[4], at]),
+                       _intp_array(context, builder, [a[5]]), _intp_array(context, builder, [zero, a[6], zero]))
+        val = context.get_data_as_value(builder, init, builder.load(res))
+        return context.make_tuple(builder, ret, [status, val])
+    return sig, codegen
+
+
 @njit(cache=True, nogil=True)
 def run(LP, k, dims, ptrs, steps):
     """Call loop k of LP (dims, ptrs, steps: tuples of intp, as numpy's strided loops take them)."""
@@ -120,6 +143,25 @@ def run(LP, k, dims, ptrs, steps):
 def scalar(LP, k, args, out):
     """Loop k of LP on the scalars `args`, giving a scalar of `out`'s type."""
     status, r = call_scalar_loop(LP[3 * k], LP[3 * k + 1], LP[3 * k + 2], args, out)
+    if status < 0:
+        raise FloatingPointError("numpy loop failed")
+    return r
+
+
+@njit(cache=True, nogil=True)
+def reduce_all(LP, k, x, first, ident):
+    """Loop k of LP in reduce mode over all of C-contiguous x, as numpy's ufunc.reduce with no axis gives it:
+    from `ident`, or (first=True: max, min) from the first element."""
+    n = x.size
+    if first and n == 0:
+        raise ValueError("zero-size array to a reduction operation that has no identity")
+    flat = x.reshape(n)
+    init = flat[0] if first else ident
+    start = 1 if first else 0
+    if n - start <= 0:
+        return init
+    status, r = call_reduce_loop(LP[3 * k], LP[3 * k + 1], LP[3 * k + 2], init,
+                                 flat.ctypes.data + start * flat.itemsize, n - start, flat.itemsize)
     if status < 0:
         raise FloatingPointError("numpy loop failed")
     return r

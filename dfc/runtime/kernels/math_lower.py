@@ -241,6 +241,9 @@ def _reduce(e):
         shape = "(" + "".join(f"{s}, " for s in kept) + ")" if kept else None
         count = n
     r = e.tmp()
+    if out.ndim == 0 and op != "Mean":      # one value: reduced into a scalar, nothing allocated
+        e.stmt(f"{r} = P.reduce_all(LP, {kr}, {x}, {first}, {st(d)}({ident}))")
+        return [r]
     e.stmt(f"{r} = H.reduce3(LP, {kr}, {kb}, {x}, {pre}, {n}, {post}, {first}, {st(d)}({ident}))")
     if op == "Mean":
         if d not in ("float32", "float64"):
