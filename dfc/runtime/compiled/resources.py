@@ -178,18 +178,22 @@ class Resources:
     def _writes(self, log, dtype, ndim, tag):
         """[(index, value, key)] of a TensorArray write log, keys as the fused path's kernels make them."""
         ints, values = log
-        ints = _from_list(ints, np.dtype(np.int64), 0)
-        out, pos = [], 0
+        ints = _ints(ints)
+        out, pos, tag = [], 0, tuple(tag)
         for v in _from_list(values, dtype, ndim):
             name, chain = self.writers[ints[pos]]
-            index = int(ints[pos + 1])
-            ctr = ints[pos + 2:pos + 2 + len(chain)]
+            t = tag
+            for k, fid in enumerate(chain):
+                t = t + (fid, ints[pos + 2 + k])
+            out.append((ints[pos + 1], _back(v, dtype, ndim), (name, t, 0)))
             pos += 2 + len(chain)
-            t = tuple(tag)
-            for fid, c in zip(chain, ctr):
-                t = t + (fid, int(c))
-            out.append((index, _back(v, dtype, ndim), (name, t, 0)))
         return out
+
+
+def _ints(lst):
+    """The int64s of a typed List as Python ints."""
+    from dfc.runtime.compiled import helpers as H
+    return H.list_to_scalars(lst, np.empty(0, np.int64)).tolist() if len(lst) else []
 
 
 def _write_all(store, writes):
