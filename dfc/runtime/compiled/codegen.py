@@ -10,6 +10,7 @@ follows dfc/runtime/fused.py item for item: the same order, the same body/non-bo
 deadness. A value that a cond can make dead carries a bool `d<node>_<port>` beside it (dead values hold a
 typed placeholder, never read); a node with a dead input is skipped and its outputs are dead; Switch and
 Merge become if/elif; a nested loop frame becomes a nested `while True` whose Exits are locals.
+Chains of elementwise ops on arrays run as one flat loop each (fusion.py).
 """
 from dfc.runtime.fused import ENTER, EXIT, MERGE, NEXT, SWITCH, FrameProgram
 from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type

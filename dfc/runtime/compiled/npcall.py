@@ -9,7 +9,9 @@ numpy >= 1.24 hands it out for this purpose (`ufunc._resolve_dtypes_and_context`
 
 Loop addresses differ from process to process, so compiled code never embeds them (that would defeat the
 on-disk cache): each compiled frame gets an int64 array `LP` of (loop, context, auxdata) triples as an
-argument, and `call_loop` (an intrinsic) calls through the address at run time.
+argument, and `call_loop` (an intrinsic) calls through the address at run time, with its pointer,
+size and stride arrays on the stack (a call allocates nothing; `call_scalar_loop` and
+`call_reduce_loop` keep their scalars there too).
 """
 import ctypes
 

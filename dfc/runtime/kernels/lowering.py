@@ -9,6 +9,9 @@ result (numba promotes scalars differently from numpy, so lowerings cast explici
 (where numba's own math differs, `e.loop` calls numpy's inner loop: dfc/runtime/compiled/npcall.py;
 where nothing in numba can give the kernel's results, `e.kernel_call` calls the kernel itself in numba's
 object mode, e.g. random draws).
+Elementwise ops also say how one element is computed inside a fused elementwise loop
+(math_lower.elementwise; dfc/runtime/compiled/fusion.py): by their own rank-0 lowering, or by numpy's loop
+over a whole buffer.
 
 A lowering that cannot handle a node (its attrs or input types) raises Unsupported; an op without a
 lowering, or a node whose lowering refuses, keeps its frame on the fused Python path, and
