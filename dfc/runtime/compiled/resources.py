@@ -32,18 +32,16 @@ def arg(v, dtype, ndim):
     return v
 
 
-def _numba_type(dtype, ndim):
-    from numba import types
-    from numba.np.numpy_support import from_dtype
-    return from_dtype(dtype) if ndim == 0 else types.Array(from_dtype(dtype), ndim, "C")
+def _empty(dtype, ndim):
+    """An empty typed List for values of this dtype and rank (as compiled code holds them)."""
+    from dfc.runtime.compiled import helpers as H
+    return H.empty_list(dtype.type(0) if ndim == 0 else np.empty((0,) * ndim, dtype))
 
 
 def _typed_list(items, dtype, ndim):
     """A numba typed List of items, or None if one is not of this dtype and rank. Elements go over in
     bulk (one array, split into the List by compiled code): appending one by one from Python costs
     microseconds per element, which a gradient loop's stacks multiply by their lengths."""
-    from numba import typed
-
     from dfc.runtime.compiled import helpers as H
     base = _rows_of(items) if items and ndim else None
     if base is not None and base.dtype == dtype:        # the rows of one array, as _from_list left them
@@ -61,7 +59,7 @@ def _typed_list(items, dtype, ndim):
             return H.to_list(np.stack(items))
         except ValueError:          # elements of several shapes: one by one
             pass
-    lst = typed.List.empty_list(_numba_type(dtype, ndim))
+    lst = _empty(dtype, ndim)
     for v in items:
         lst.append(arg(v, dtype, ndim))
     return lst
@@ -119,7 +117,6 @@ class Resources:
         return out
 
     def _arg(self, use, obj, dtype, ndim):
-        from numba import typed, types
         if use in ("push", "pop"):
             if not isinstance(obj, list):
                 return None
@@ -127,7 +124,7 @@ class Resources:
         if use == "ta_write":
             if not hasattr(obj, "write") or getattr(obj, "dtype", None) != dtype.name:
                 return None
-            return (typed.List.empty_list(types.int64), typed.List.empty_list(_numba_type(dtype, ndim)))
+            return (_empty(np.dtype(np.int64), 0), _empty(dtype, ndim))
         if use == "ta_read":
             if not hasattr(obj, "read") or getattr(obj, "dtype", None) != dtype.name:
                 return None
