@@ -9,6 +9,8 @@ own module (`--competitors`):
 - micro-workloads: the trivial `x = x * 0.5 + 1.0` loop and a small-op fixed-point step.
 
 Run twice to see the disk cache: the second process loads the machine code instead of compiling.
+DFC_COMPILED_FUSION=0 compiles op by op (no elementwise groups: dfc/runtime/compiled/fusion.py), the
+baseline for what grouping gains.
 
     python -m benchmarks.compiled_loops [--reps 5] [--only ode,hmc,...] [--competitors] [--quick]
 """
