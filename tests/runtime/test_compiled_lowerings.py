@@ -279,3 +279,23 @@ def test_stacks_cross_in_bulk_as_rows_of_one_array():
         back = resources._from_list(resources._typed_list(stack, np.dtype(np.float64), 2), np.dtype(np.float64), 2)
         assert len(back) == len(stack) and all(np.array_equal(a, b) for a, b in zip(back, stack))
     assert resources._typed_list(items, np.dtype(np.float32), 2) is None       # another dtype: run fused
+
+
+def test_stacks_of_large_elements_cross_one_by_one(monkeypatch):
+    """Elements of resources.BIG bytes or more cross as they are (no copy into one array), both ways."""
+    from dfc.runtime.compiled import resources
+    monkeypatch.setattr(resources, "BIG", 16)
+    items = [np.arange(6.0).reshape(2, 3) + k for k in range(3)]
+    lst = resources._typed_list(items, np.dtype(np.float64), 2)
+    back = resources._from_list(lst, np.dtype(np.float64), 2)
+    assert resources._rows_of(back) is None and all(np.array_equal(a, b) for a, b in zip(back, items))
+
+    def f(x, n):
+        i, y = dfc.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, dfc.tanh(y) * x), (0, x))
+        return y, dfc.gradients(dfc.reduce_sum(y), [x])[0]
+    g = dfc.trace(f, dfc.TensorSpec([2, 3], "float64"), dfc.TensorSpec([], "int64"))
+    args = (np.array([[0.5, -0.3, 1.2], [0.1, 0.2, -0.4]]), np.int64(4))
+    want = dfc.Session(g, mode="reference").call(*args)
+    got = _runs_compiled(g, args, 2)
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)

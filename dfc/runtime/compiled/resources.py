@@ -32,6 +32,11 @@ def arg(v, dtype, ndim):
     return v
 
 
+# An element of at least this many bytes crosses on its own (boxed or appended, ~2-3 us each) instead of
+# being copied into or out of one array with the others (~0.1 ms per MiB, and a fresh array's page faults).
+BIG = 32 * 1024
+
+
 def _empty(dtype, ndim):
     """An empty typed List for values of this dtype and rank (as compiled code holds them)."""
     from dfc.runtime.compiled import helpers as H
@@ -39,9 +44,10 @@ def _empty(dtype, ndim):
 
 
 def _typed_list(items, dtype, ndim):
-    """A numba typed List of items, or None if one is not of this dtype and rank. Elements go over in
-    bulk (one array, split into the List by compiled code): appending one by one from Python costs
-    microseconds per element, which a gradient loop's stacks multiply by their lengths."""
+    """A numba typed List of items, or None if one is not of this dtype and rank. Small elements go over
+    in bulk (one array, split into the List by compiled code): appending one by one from Python costs
+    microseconds per element, which a gradient loop's stacks multiply by their lengths; elements of BIG
+    bytes or more are appended (copying them costs more)."""
     from dfc.runtime.compiled import helpers as H
     base = _rows_of(items) if items and ndim else None
     if base is not None and base.dtype == dtype:        # the rows of one array, as _from_list left them
@@ -55,10 +61,11 @@ def _typed_list(items, dtype, ndim):
     if items:
         if ndim == 0:
             return H.to_list(np.array(items, dtype))
-        try:
-            return H.to_list(np.stack(items))
-        except ValueError:          # elements of several shapes: one by one
-            pass
+        if items[0].nbytes < BIG:
+            try:
+                return H.to_list(np.stack(items))
+            except ValueError:          # elements of several shapes: one by one
+                pass
     lst = _empty(dtype, ndim)
     for v in items:
         lst.append(arg(v, dtype, ndim))
@@ -86,6 +93,8 @@ def _from_list(lst, dtype, ndim):
         return []
     if ndim == 0:
         return list(H.list_to_scalars(lst, np.empty(0, dtype)))
+    if lst[0].nbytes >= BIG:
+        return list(lst)
     rows, ok = H.list_to_rows(lst)
     return list(rows) if ok else list(lst)
 
