@@ -11,6 +11,13 @@ from _gradcheck import build, check, numeric_grad
 rng = np.random.default_rng(5)
 
 
+@pytest.fixture(autouse=True)
+def any_weight_size(monkeypatch):
+    """These tests use small weights: rewrite them whatever their size (the threshold has its own test)."""
+    from dfc.compiler.autodiff import loop_matmul
+    monkeypatch.setattr(loop_matmul, "MIN_WEIGHT_ELEMENTS", 0)
+
+
 def ops_of(graph):
     return [n.op for n in graph.nodes.values()]
 
@@ -89,6 +96,15 @@ def test_the_rewrite_replaces_the_per_iteration_weight_matmul(monkeypatch):
     # Same gradient both ways (the sums differ only in rounding order).
     got, want = dfc.Session(g).call(*a)[1][0], dfc.Session(plain).call(*a)[1][0]
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_not_applied_to_a_small_weight(monkeypatch):
+    from dfc.compiler.autodiff import loop_matmul
+    a = args(3)
+    monkeypatch.setattr(loop_matmul, "MIN_WEIGHT_ELEMENTS", a[1].size + 1)
+    assert "TensorArrayConcat" not in ops_of(build(rnn, *specs(*a), wrt=[1]))
+    monkeypatch.setattr(loop_matmul, "MIN_WEIGHT_ELEMENTS", a[1].size)
+    assert "TensorArrayConcat" in ops_of(build(rnn, *specs(*a), wrt=[1]))
 
 
 def test_not_applied_to_a_loop_that_swaps():
