@@ -558,7 +558,10 @@ def gradients(ys, xs, grad_ys=None, unconnected_gradients="none"):
         if seen is None:
             seen = y
         if gy is None:
-            gy = ops_api.ones_like(seen)
+            # ones of y's static shape do not read y: when nothing else uses y (the value of a potential
+            # whose gradient a loop needs), its computation is pruned from the plan instead of run
+            static = seen.shape is not None and None not in seen.shape
+            gy = ops_api.ones(list(seen.shape), seen.dtype) if static else ops_api.ones_like(seen)
         elif gy.dtype != y.dtype:
             gy = ops_api.cast(gy, y.dtype)
         seeds.setdefault(seen.ref, []).append(gy)
