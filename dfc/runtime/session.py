@@ -7,7 +7,12 @@ semantics, one thread, whole graph, devices ignored); `mode="threads"` (the
 default) the production executor: kernels on a pool of `num_threads`
 threads (default: the cores this process may use, or $DFC_NUM_THREADS; 0: every
 kernel inline), fused loops (a loop with heavy work its iterations can share runs
-unfused to overlap them, dfc/runtime/overlap.py), partitions per device. Variables live in a
+unfused to overlap them, dfc/runtime/overlap.py), partitions per device. `compile_loops`
+("auto", the default, or $DFC_COMPILE_LOOPS) runs fused loop frames as numba machine code
+(dfc/runtime/compiled/): "auto" once a frame's fused runs took 0.5 s, compiled by a child
+process while the frame keeps running fused; True compiles on the first run in this process;
+False never compiles. `compiled_frames()` says which frames compile and what blocks the
+others. Variables live in a
 resource container (dfc/runtime/containers.py), not in the session: by
 default the process's default container, shared by every graph and session,
 so state persists across runs, sessions and graphs; `container="name"` gives
