@@ -299,13 +299,33 @@ def printing_loop(path):
     return path
 
 
+# `dfc ARGS` as from an interactive shell: SIGINT delivered and handled (a child inherits an ignored or blocked
+# SIGINT from its parent, and a test process may have one: the CI suite saw `dfc run` go on printing after it)
+_AS_FROM_A_TERMINAL = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                       "signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]); sys.argv[0] = 'dfc'; "
+                       "runpy.run_module('dfc.cli', run_name='__main__')")
+
+
+def _signals(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return " ".join(line.strip() for line in f if line.startswith(("SigBlk", "SigIgn", "SigCgt", "SigPnd")))
+    except OSError:
+        return "?"
+
+
 def test_ctrl_c_during_a_run(tmp_path):
     path = printing_loop(tmp_path / "forever.json")
-    p = clitools.start_dfc("run", path, "-i", "n=1000000000")
+    p = clitools.start_python("-c", _AS_FROM_A_TERMINAL, "run", path, "-i", "n=1000000000")
     try:
         assert p.stdout.readline().startswith("step")
+        before = _signals(p.pid)
         p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=60)
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"dfc run went on after SIGINT; its signal masks before: {before}, "
+                                 f"now: {_signals(p.pid)}") from None
     finally:
         p.kill()
     assert p.returncode == 1 and "dfc: interrupted" in err and "Traceback" not in err, err

@@ -239,7 +239,9 @@ def test_a_killed_ps_stops_the_run_naming_it_or_is_restored_from_its_newest_shar
 def test_ps_tasks_save_every_t_seconds_on_their_own_clock(secs):
     """The first update saves (no save yet); later ones only once `secs` passed on the ps task's clock. The
     run lasts >= 0.55 s (12 steps 0.05 s apart), so with 0.3 s a later update saved again, and with 30 s none
-    did: the restored shard is the first update's. (No timing assertion: a slow run only saves more often.)"""
+    did after the start: the restored shard is from one of the first updates (each of the two asynchronous
+    workers' first updates can find no save recorded yet, and a step's reads of the counter and of the last
+    save time are not one atomic read). No timing assertion: a slow run only saves more often."""
     import time
     c = cluster()
     dp, w, b = linear_dp(c, mode="async", checkpoint_secs=secs, name=f"dpsecs{int(secs * 10)}")
@@ -249,7 +251,7 @@ def test_ps_tasks_save_every_t_seconds_on_their_own_clock(secs):
     assert t0 <= saved <= time.time()
     c.restart("ps:0")
     step = dp.restore()
-    assert (1 < step <= 24) if secs < 1 else step == 1
+    assert (3 < step <= 24) if secs < 1 else 1 <= step <= 3
 
 
 def test_a_worker_killed_inside_its_in_graph_loop_rejoins_where_it_was():
