@@ -62,6 +62,7 @@ class CompiledFrame:
         self._compiled_once = False
         self._job = None              # compile_loops="auto": the child process compiling it (background.py)
         self._job_recorded = False
+        self._on_disk = None          # "auto": its machine code was in the disk cache at its first run
         self.fid, self.enters, self.enter_pos, self.exits = prog.fid, prog.enters, prog.enter_pos, prog.exits
         self.source = src.source
         self.name = prog.plan.frame_names[prog.fid]
@@ -154,7 +155,9 @@ class CompiledFrame:
     def _worth_compiling(self):
         from dfc.runtime.compiled import cache
         if self.policy == "auto":
-            return self._job is not None or cache.on_disk(self.source) or self.fused_seconds >= AUTO_SECONDS
+            if self._on_disk is None:     # looked up once (a directory listing: ms), not on every fused run
+                self._on_disk = cache.on_disk(self.source)
+            return self._job is not None or self._on_disk or self.fused_seconds >= AUTO_SECONDS
         if cache.is_cached(self.source):
             return True
         return _budget["left"] > 0
@@ -165,7 +168,7 @@ class CompiledFrame:
         Starts that child the first time; a child that failed keeps the frame fused."""
         from dfc.runtime.compiled import background, cache
         if self._job is None:
-            if cache.on_disk(self.source):
+            if self._on_disk or cache.on_disk(self.source):     # again: another process may have compiled it
                 return True
             import numba
             run = self._function()
@@ -173,8 +176,7 @@ class CompiledFrame:
                                                             numba.typeof(np.zeros(1, np.int64)))
             self._job = background.start(run.py_func.__code__.co_filename, types, self.name)
             return False
-        done = self._job.poll()
-        if done is None or self._job.error is not None:
+        if not self._job.poll():          # still compiling, or failed (the frame stays fused)
             return False
         if not self._job_recorded:
             self._job_recorded = True

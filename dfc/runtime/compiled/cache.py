@@ -54,12 +54,16 @@ def module_key(source):
 
 def is_cached(source):
     """Whether numba has machine code of this source's module on disk (for some argument types)."""
-    return module_key(source) in _modules or on_disk(source)    # loaded in this process already, or on disk
+    key = module_key(source)
+    return key in _modules or _on_disk(key)     # loaded in this process already, or on disk
 
 
 def on_disk(source):
     """Whether numba's machine code of this source's module is in the disk cache (for some argument types)."""
-    key = module_key(source)
+    return _on_disk(module_key(source))
+
+
+def _on_disk(key):
     pyc = os.path.join(cache_dir(), "__pycache__")
     try:
         return any(f.startswith(f"dfc_frame_{key}.run-") and f.endswith(".nbi") for f in os.listdir(pyc))
