@@ -163,7 +163,7 @@ def _grad_body(gs, state, var_ids, caps, deferred):
     if deferred:
         index = loop_matmul.index_of(GL.identities[0])
         for j, d in enumerate(deferred):
-            d.loop_inputs = (GL.identities[1 + nv + nc + 2 * j:1 + nv + nc + 2 * j + 2], index)
+            d.loop_flows, d.index = GL.identities[1 + nv + nc + 2 * j:1 + nv + nc + 2 * j + 2], index
     seeds = {}
     for g, k in zip(g_vars, var_ids):
         ref = parse_input(nodes[L.next_iterations[k].node].inputs[0])
@@ -177,7 +177,7 @@ def _grad_body(gs, state, var_ids, caps, deferred):
         new = gs.sum(body, _ref(e))
         outs.append(acc if new is None else ops_api.add(acc, new))
     for d in deferred:
-        outs += d.flows if d.flows is not None else list(d.loop_inputs[0])
+        outs += d.flows if d.flows is not None else list(d.loop_flows)
     state.close_sync()
     one = convert(np.ones((), np.int64))
     outs.insert(0, b.make1("Sub", (GL.identities[0], one), control=state.sync,

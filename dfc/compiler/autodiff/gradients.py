@@ -305,8 +305,7 @@ class GradState:
             raise DfcError(f"no gradient rule for op {node.op}", node=key, loc=node.loc)
         d = self.deferred.get(key)
         if d is not None and out_grads[0] is not None:
-            flows, index = d.loop_inputs
-            in_grads = d.backprop(OpView(self, node), out_grads[0], flows, index)
+            in_grads = d.backprop(OpView(self, node), out_grads[0])
         else:
             in_grads = rule(OpView(self, node), *out_grads)
         if len(in_grads) != len(ins):

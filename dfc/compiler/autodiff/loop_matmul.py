@@ -51,6 +51,8 @@ class Deferred:
         self.factors = factors   # ((source, transposed) of P, of Q); source "x": the other operand, "g": d output
         self.shape = shape       # the invariant's static shape
         self.tas = None          # (TensorArray of P_t, of Q_t), made in the gradient loop's context
+        self.loop_flows = None   # their flows inside the gradient loop (its loop variables)
+        self.index = None        # the forward iteration the gradient loop's iteration stands for
         self.flows = None        # their flows after this iteration's writes (None: the rule never ran)
 
     def init(self, dtype, size):
@@ -61,16 +63,16 @@ class Deferred:
     def flow_types(self):
         return [TType(ta.flow.dtype, ta.flow.shape) for ta in self.tas]
 
-    def backprop(self, op, g, flows, index):
+    def backprop(self, op, g):
         """The MatMul's gradient rule inside the gradient loop: the other operand's gradient as usual; the
-        invariant's factors written at `index` of the TensorArrays instead of multiplied here."""
+        invariant's factors written at this iteration's index of the TensorArrays instead of multiplied here."""
         from dfc.compiler.autodiff.op_grads import _matmul_grad
         need = [True, True]
         need[self.k] = False
         grads = _matmul_grad(op, g, need)
         x = op.x(1 - self.k)
         vals = [ops_api.transpose(v) if t else v for v, t in ((x if src == "x" else g, t) for src, t in self.factors)]
-        self.flows = [ta._with_flow(f).write(index, v).flow for ta, f, v in zip(self.tas, flows, vals)]
+        self.flows = [ta._with_flow(f).write(self.index, v).flow for ta, f, v in zip(self.tas, self.loop_flows, vals)]
         return grads
 
     def total(self, exit_flows):
