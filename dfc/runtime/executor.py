@@ -159,6 +159,13 @@ class Plan:
                     (device is None or device.kind == "cpu"):
                 from dfc.runtime.compiled import compile_programs
                 self.programs = compile_programs(self, self.programs, policy=compile_loops)
+        # the root frame as one generated function, when the scheduler has nothing else to do (fused_root.py)
+        self.root_program, self.root_inline = None, not any(self.heavy[i] for i in range(len(self.nodes))
+                                                             if self.fid[i] == 0)
+        if fuse and memory_limit is None and not self.mem_accounting and (device is None or not device.device_arrays):
+            from dfc.runtime.fused import FrameIndex
+            from dfc.runtime.fused_root import build
+            self.root_program = build(self, FrameIndex(self))
 
     def _index(self, graph, wanted, feed_names, frame_ids):
         """The nodes the run needs, numbered; frames numbered (the root is 0)."""
@@ -293,6 +300,7 @@ class Run:
         self.mem = plan.device.memory if plan.mem_accounting else None
         self.recvs_pending = 0
         self.kernels_in_flight = 0
+        self.root_pooled = False      # a root-frame kernel went to the pool (Plan.root_inline)
         self.recv_waits = {}
         self.async_waits = {}       # (node, tag) -> the pending Later of an async kernel
         self._done = transport.coord.queues[transport.name] if transport is not None else queue.SimpleQueue()
@@ -309,6 +317,11 @@ class Run:
     def execute(self):
         """Run to completion; return the fetched values (those of this partition)."""
         p = self.p
+        rp = p.root_program
+        if rp is not None and self.trace is None and self.transport is None and (self.pool is None or p.root_inline):
+            with np.errstate(all="ignore"):
+                values = rp.fn(self.ctx, self.kern)
+            return self._fetched(values)
         root = Frame(0, None, 0, 1)
         it0 = self.it0 = Iter(root, 0)
         root.iters[0] = it0
@@ -326,11 +339,21 @@ class Run:
             except BaseException:
                 self._cancel_async()
                 raise
-        out = []
+        if self.pool is not None and not self.root_pooled:
+            p.root_inline = True        # no root kernel was worth the pool: later runs may use p.root_program
+        values = []
         for i, port in p.fetches:
             v = self.results.get((i, port))
             if v is None:
                 self._stuck(it0, p.nodes[i].name)
+            values.append(v)
+        return self._fetched(values)
+
+    def _fetched(self, values):
+        """The fetched values as the run returns them (each checked: not dead, of its declared type)."""
+        p = self.p
+        out = []
+        for (i, port), v in zip(p.fetches, values):
             if v is DEAD:
                 raise DfcRuntimeError("fetched value is dead (it comes from a branch that was not taken)",
                                       node=p.nodes[i].name)
@@ -411,6 +434,8 @@ class Run:
                 elif kind[i] == ASYNC and not st.dead:
                     self._start_async(i, it, st)
                 elif heavy[i] and not st.dead and sum(getattr(a, "size", 1) for a in st.args) >= HEAVY_ELEMENTS:
+                    if not it.tag:
+                        self.root_pooled = True
                     if transport is not None:
                         transport.coord.started_kernel()
                     self.pool.submit(task, i, it, st.args)

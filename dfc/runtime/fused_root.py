@@ -1,0 +1,125 @@
+"""The root frame as one generated function: a run without the scheduler.
+
+Once every loop frame a run enters is a program (fused Python, dfc/runtime/fused.py, or compiled,
+dfc/runtime/compiled/), what is left for the tagged-frame scheduler is the straight-line code around the
+loops: feeds, the ops before and after them, conds, the gradient sums. Scheduling that costs ~10 us a
+node (pending-input tables, a ready queue); a gradient graph has a hundred root nodes. RootProgram
+generates the root frame the way fused.py generates a loop body (one kernel call per node in dependency
+order, deadness checked only where a cond can make a value dead, each loop frame one call of its
+program) and the Run calls it instead of scheduling (executor.Run.execute). It computes exactly what the
+scheduler computes: the order of two nodes that do not depend on each other is the only thing that can
+differ, and the scheduler does not fix that either.
+
+Not used (the scheduler runs the root as before) for a root with a node fused.py cannot take (Send/Recv,
+a kernel that may wait), a loop frame that runs unfused, a run on a GPU, with a memory budget or
+accounting, traced, or in a partition; and in a run with a kernel pool while the root has heavy kernels
+big enough to overlap (executor.Run decides that from the runs it schedules).
+"""
+from dfc.runtime.fused import (ENTER, EXIT, NEXT, SWITCH, FrameAnalysis, FrameProgram, NotFusable,
+                               _NOT_FUSABLE, _TAGGED_OPS, _toposort)
+from dfc.ir import ops as opreg
+from dfc.runtime.values import DEAD
+
+import numpy as np
+
+
+class RootProgram(FrameProgram):
+    """`fn(ctx, kern)` -> the values of plan.fetches (DEAD for a dead one); kern: the Run's kernels (feeds
+    in place). Raises NotFusable when the root cannot be run this way."""
+
+    def __init__(self, plan, index):     # noqa: D107 — deliberately not FrameProgram.__init__
+        self.plan, self.fid, self.traced, self.index = plan, 0, False, index
+        self._traced_fn = None
+        self.lines, self.helpers, self._counter = [], {}, 0
+        self._emit_root()
+        self.source = "\n".join(self.lines)
+        env = {"DEAD": DEAD, "np": np}
+        env.update(self.helpers)
+        exec(compile(self.source, "<dfc fused root frame>", "exec"), env)   # noqa: S102
+        self.fn = env["run"]
+
+    def _emit_root(self):
+        p = self.plan
+        members = self.index.members[0]
+        for i in members:
+            op = p.nodes[i].op
+            if op in _NOT_FUSABLE or opreg.get(op).async_kernel or p.kind[i] in (ENTER, EXIT, NEXT):
+                raise NotFusable(op)
+        children = sorted(self.index.children[0])
+        for c in children:
+            if c not in p.programs:
+                raise NotFusable(f"loop frame {p.frame_names[c]} runs on the general path")
+        items = [("node", i) for i in members]
+        producer = {}
+        for c in children:
+            items.append(("frame", c))
+            for e in p.frame_exits[c]:
+                producer[e] = ("frame", c)
+        deps = {}
+        for it in items:
+            deps[it] = {producer[s] if s in producer else ("node", s) for s in self._item_inputs(it)
+                        if s in producer or p.fid[s] == 0}
+        order = _toposort(items, deps)
+        maybe_dead = set()
+        for it in order:
+            if it[0] == "node" and p.kind[it[1]] == SWITCH:
+                maybe_dead.add(it)
+                continue
+            if any(d in maybe_dead for d in deps[it]):
+                maybe_dead.add(it)
+        a = FrameAnalysis(0, "run", [], [], {}, [], None, order, set(), maybe_dead, producer,
+                          {c: f"prog{c}" for c in children}, any(p.nodes[i].op in _TAGGED_OPS for i in members),
+                          {}, {})
+        fed = set(p.feed_index.values())
+        L = self.lines
+        w = L.append
+        w("def run(ctx, kern):")
+        w("    _n = -1")
+        w("    try:")
+        w("        _t = ()")
+        w("        ctx.tag = _t")
+        ind = "        "
+        for it in order:
+            if it[0] == "frame":
+                self._frame_call(L, ind, it[1], a)
+            elif it[1] in fed:
+                w(f"{ind}# {p.nodes[it[1]].name} (fed)")
+                w(f"{ind}v{it[1]}_0, = kern[{it[1]}](ctx, ())")
+            else:
+                self._gen_item(L, ind, it, a)
+        w(f"{ind}return [{', '.join(self._ref(f, a) for f in p.fetches)}]")
+        w("    except Exception as _e:")
+        w("        raise _wrap(_n, _e) from None")
+        self.helpers["_wrap"] = self._wrap
+
+    def _frame_call(self, L, ind, c, a):
+        """Run loop frame c's program as executor.Run._enter_fused does: its exits are dead when one of
+        its non-constant Enter values is."""
+        p = self.plan
+        w = L.append
+        self.helpers[f"prog{c}"] = p.programs[c].fn
+        enters = self.index.enters[c]
+        args = [self._ref(p.ins[e][0], a) for e in enters]
+        n = len(p.frame_exits[c])
+        outs = ", ".join(f"x{c}_{k}" for k in range(n))
+        call = f"prog{c}(ctx, kern, [{', '.join(args)}], _t)"
+        w(f"{ind}# loop frame {p.frame_names[c]}")
+        w(f"{ind}_n = -1")
+        live = [x for e, x in zip(enters, args) if not p.is_constant[e]]
+        pad = ind
+        if ("frame", c) in a.maybe_dead and live:
+            w(f"{ind}if {' or '.join(f'{x} is DEAD' for x in live)}:")
+            w(f"{ind}    {outs}, = [DEAD] * {n}" if n else f"{ind}    pass")
+            w(f"{ind}else:")
+            pad = ind + "    "
+        w(f"{pad}{outs}, = {call}" if n else f"{pad}{call}")
+        if a.tagged:
+            w(f"{pad}ctx.tag = _t")
+
+
+def build(plan, index):
+    """The plan's RootProgram, or None when its root frame cannot run as one."""
+    try:
+        return RootProgram(plan, index)
+    except NotFusable:
+        return None
