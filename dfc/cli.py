@@ -312,6 +312,7 @@ def show_cmd(graph_file, partitions, fused, device_map):
             click.echo(f"# ---- frame {name}\n{compiled.get(name, '')}{source}")
         if not frames:
             click.echo("# the graph has no loop frames")
+        _show_run(s)
         return
     if not partitions:
         click.echo(g.text())
@@ -320,6 +321,23 @@ def show_cmd(graph_file, partitions, fused, device_map):
     from dfc.runtime.partition import place, partition
     where = place(g, DeviceSet(), dmap)
     click.echo(partition(g, where).text())
+
+
+def _show_run(session):
+    """The whole run: the root frame's generated code, and whether compile_loops=True compiles it as one."""
+    if not session.graph.signature:
+        return
+    info = session.compiled_run()
+    if info["status"] == "scheduled":
+        click.echo(f"# ---- the whole run: the scheduler runs the root frame ({info['reason']})")
+        return
+    if info["status"] == "compiled":
+        line = "compile_loops: compiled with numba as one function"
+    else:
+        node = info["blocked_by"]
+        line = "compile_loops: not compiled as one function" + (f", blocked by {node}" if node else "") + \
+            f": {info['reason']}"
+    click.echo(f"# ---- the whole run (root frame)\n# {line}\n{info['source']}")
 
 
 def _compile_status(session):

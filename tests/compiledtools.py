@@ -10,3 +10,11 @@ def _no_compile_budget():
     compiled._budget["left"] = float("inf")
     yield
     compiled._budget["left"] = left
+
+
+@pytest.fixture
+def frames_alone(monkeypatch):
+    """Loop frames compile one by one (the whole run is not compiled as one function, compiled/root.py): for
+    tests of what crosses in and out of a compiled frame, and of its statistics."""
+    from dfc.runtime.compiled import root
+    monkeypatch.setattr(root, "ENABLED", False)

@@ -165,7 +165,13 @@ class Plan:
         if fuse and memory_limit is None and not self.mem_accounting and (device is None or not device.device_arrays):
             from dfc.runtime.fused import FrameIndex
             from dfc.runtime.fused_root import build
-            self.root_program = build(self, FrameIndex(self))
+            index = FrameIndex(self)
+            self.root_program = build(self, index)
+            if self.root_program is not None:
+                self.root_feeds = [self.nodes[i].name for i in self.root_program.enters]
+                if compile_loops and (device is None or device.kind == "cpu"):
+                    from dfc.runtime.compiled import compile_root
+                    self.root_program = compile_root(self, self.root_program, index, policy=compile_loops)
 
     def _index(self, graph, wanted, feed_names, frame_ids):
         """The nodes the run needs, numbered; frames numbered (the root is 0)."""
@@ -296,7 +302,7 @@ class Run:
         self.p, self.ctx, self.pool, self.transport = plan, ctx, pool, transport
         if transport is not None:
             ctx.abort = transport.coord.check
-        self.results = {}
+        self.results, self.feeds = {}, feeds
         self.mem = plan.device.memory if plan.mem_accounting else None
         self.recvs_pending = 0
         self.kernels_in_flight = 0
@@ -319,8 +325,9 @@ class Run:
         p = self.p
         rp = p.root_program
         if rp is not None and self.trace is None and self.transport is None and (self.pool is None or p.root_inline):
+            feeds = self.feeds
             with np.errstate(all="ignore"):
-                values = rp.fn(self.ctx, self.kern)
+                values = rp.fn(self.ctx, self.kern, [feeds[name] for name in p.root_feeds], ())
             return self._fetched(values)
         root = Frame(0, None, 0, 1)
         it0 = self.it0 = Iter(root, 0)

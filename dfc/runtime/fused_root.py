@@ -24,8 +24,10 @@ import numpy as np
 
 
 class RootProgram(FrameProgram):
-    """`fn(ctx, kern)` -> the values of plan.fetches (DEAD for a dead one); kern: the Run's kernels (feeds
-    in place). Raises NotFusable when the root cannot be run this way."""
+    """`fn(ctx, kern, feeds, tag=())` -> the values of plan.fetches (DEAD for a dead one); feeds: the values
+    of the fed nodes `enters`, in that order (a loop frame program's signature: compiled/__init__.py's
+    CompiledFrame runs a RootProgram as it runs a frame). Raises NotFusable when the root cannot be run
+    this way."""
 
     def __init__(self, plan, index):     # noqa: D107 — deliberately not FrameProgram.__init__
         self.plan, self.fid, self.traced, self.index = plan, 0, False, index
@@ -70,10 +72,13 @@ class RootProgram(FrameProgram):
         a = FrameAnalysis(0, "run", [], [], {}, [], None, order, set(), maybe_dead, producer,
                           {c: f"prog{c}" for c in children}, any(p.nodes[i].op in _TAGGED_OPS for i in members),
                           {}, {})
-        fed = set(p.feed_index.values())
+        self.analysis = a
+        self.enters = [it[1] for it in order if it[0] == "node" and p.nodes[it[1]].name in p.feed_index]
+        self.enter_pos = {i: k for k, i in enumerate(self.enters)}
+        self.exits = [i for i, _ in p.fetches]
         L = self.lines
         w = L.append
-        w("def run(ctx, kern):")
+        w("def run(ctx, kern, enters, tag=()):")
         w("    _n = -1")
         w("    try:")
         w("        _t = ()")
@@ -82,9 +87,9 @@ class RootProgram(FrameProgram):
         for it in order:
             if it[0] == "frame":
                 self._frame_call(L, ind, it[1], a)
-            elif it[1] in fed:
+            elif it[1] in self.enter_pos:
                 w(f"{ind}# {p.nodes[it[1]].name} (fed)")
-                w(f"{ind}v{it[1]}_0, = kern[{it[1]}](ctx, ())")
+                w(f"{ind}v{it[1]}_0 = enters[{self.enter_pos[it[1]]}]")
             else:
                 self._gen_item(L, ind, it, a)
         w(f"{ind}return [{', '.join(self._ref(f, a) for f in p.fetches)}]")
@@ -121,5 +126,7 @@ def build(plan, index):
     """The plan's RootProgram, or None when its root frame cannot run as one."""
     try:
         return RootProgram(plan, index)
-    except NotFusable:
+    except NotFusable as e:
+        plan.root_reason = str(e)
         return None
+

@@ -300,13 +300,23 @@ class Session:
         "compile_seconds": {argument types: seconds its first call spent compiling or loading from the disk
         cache} once this session ran it}. Frames nested in a compiled frame are compiled with it."""
         from dfc.runtime.compiled import explain
+        return explain(self._signature_plan(), [p for p in self._plans.values() if isinstance(p, Plan)])
+
+    def compiled_run(self):
+        """How a run of the graph's signature goes as a whole with compiled loops (dfc/runtime/compiled/
+        root.py): {"status": "compiled" (the root frame and its loops as one numba function) | "fused" (the
+        root frame as generated Python calling each loop frame, compiled or not) | "scheduled" (the tagged-
+        frame scheduler runs the root frame), "blocked_by": the node that kept it from being compiled,
+        "reason", "source", "compile_seconds" once this session ran it}."""
+        from dfc.runtime.compiled import explain_root
+        return explain_root(self._signature_plan(), [p for p in self._plans.values() if isinstance(p, Plan)])
+
+    def _signature_plan(self):
         sig = self.graph.signature
         fetches = [leaf["ref"] for leaf in structure.leaves(sig.get("outputs"))]
         feeds = {i["node"] for i in sig.get("inputs", [])}
-        plan = Plan(self.graph, fetches, feeds, tuple(sig.get("targets", [])), fuse=True,
+        return Plan(self.graph, fetches, feeds, tuple(sig.get("targets", [])), fuse=True,
                     parallel_iterations=self.parallel_iterations)
-        ran = [p for p in self._plans.values() if isinstance(p, Plan)]
-        return explain(plan, ran)
 
     def memory_stats(self):
         """device -> {"in_use", "peak", "capacity"} for every device that accounts bytes."""

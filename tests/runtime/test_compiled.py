@@ -12,12 +12,14 @@ import numpy as np
 import pytest
 
 import dfc
-from tests.compiledtools import _no_compile_budget  # noqa: F401 (autouse fixture)
+from tests.compiledtools import _no_compile_budget, frames_alone  # noqa: F401 (fixtures)
 from tests.conftest import run_all_modes
 
 # numba compiles loop frames to CPU machine code; frames on a GPU are fused instead (compile_loops has no
 # effect there), so these tests of what compiles keep cpu:0 as the default device under DFC_TEST_DEVICE
-pytestmark = pytest.mark.host_devices("numba-compiled loop frames are CPU machine code")
+# these test loop frames compiled one by one (tests/runtime/test_compiled_root.py: the whole run as one)
+pytestmark = [pytest.mark.usefixtures("frames_alone"),
+              pytest.mark.host_devices("numba-compiled loop frames are CPU machine code")]
 
 pytest.importorskip("numba")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -106,7 +108,7 @@ def test_compile_time_is_reported_and_the_disk_cache_serves_a_second_process(tmp
         info = s.compiled_frames()["while"]
         print(json.dumps({"out": out[1].tolist(), "stats": compiled.stats(), "secs": info["compile_seconds"]}))
     """)
-    env = dict(os.environ, PYTHONPATH=ROOT, DFC_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, PYTHONPATH=ROOT, DFC_CACHE_DIR=str(tmp_path), DFC_COMPILE_ROOT="0")   # the frame alone
     runs = []
     for _ in range(2):
         r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=False)

@@ -7,10 +7,12 @@ import pytest
 
 import dfc
 from dfc import nest
-from tests.compiledtools import _no_compile_budget  # noqa: F401 (autouse fixture)
+from tests.compiledtools import _no_compile_budget, frames_alone  # noqa: F401 (fixtures)
 from tests.conftest import run_all_modes
 
-pytestmark = pytest.mark.host_devices("numba-compiled loop frames are CPU machine code")
+# these test loop frames compiled one by one (tests/runtime/test_compiled_root.py: the whole run as one)
+pytestmark = [pytest.mark.usefixtures("frames_alone"),
+              pytest.mark.host_devices("numba-compiled loop frames are CPU machine code")]
 
 pytest.importorskip("numba")
 

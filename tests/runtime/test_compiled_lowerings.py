@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 
 import dfc
-from tests.compiledtools import _no_compile_budget  # noqa: F401 (autouse fixture)
+from tests.compiledtools import _no_compile_budget, frames_alone  # noqa: F401 (fixtures)
 from tests.conftest import run_all_modes
 
 # numba compiles loop frames to CPU machine code; frames on a GPU are fused instead (compile_loops has no
 # effect there), so these tests of what compiles keep cpu:0 as the default device under DFC_TEST_DEVICE
-pytestmark = pytest.mark.host_devices("numba-compiled loop frames are CPU machine code")
+# these test loop frames compiled one by one (tests/runtime/test_compiled_root.py: the whole run as one)
+pytestmark = [pytest.mark.usefixtures("frames_alone"),
+              pytest.mark.host_devices("numba-compiled loop frames are CPU machine code")]
 
 pytest.importorskip("numba")
 

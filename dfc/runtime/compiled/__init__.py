@@ -225,6 +225,58 @@ def compile_programs(plan, programs, blocked=None, policy=True):
     return out
 
 
+def compile_root(plan, root, index, policy=True):
+    """The CompiledFrame running fused_root.RootProgram `root` (the whole run: root frame and loops) as one
+    numba function (root.py), or `root` itself when something in it cannot be compiled (plan.root_blocked
+    says what)."""
+    plan.root_blocked = None
+    if not available():
+        return root
+    from dfc.errors import DfcError
+    from dfc.runtime.compiled.codegen import Blocked
+    from dfc.runtime.compiled import root as whole
+    from dfc.runtime.compiled.root import RootSource
+    from dfc.runtime.kernels import array_lower, math_lower, state_lower  # noqa: F401 — register the lowerings
+    if not whole.ENABLED:
+        plan.root_blocked = Blocked(None, "DFC_COMPILE_ROOT=0")
+        return root
+    try:
+        cf = CompiledFrame(root, RootSource(plan, index, plan.graph.infer_types(), root), policy)
+    except Blocked as b:
+        plan.root_blocked = b
+        return root
+    except DfcError as e:
+        plan.root_blocked = Blocked(None, f"the graph's types cannot be inferred: {e}")
+        return root
+    cf.name = "(root)"
+    return cf
+
+
+def explain_root(plan, ran_plans=()):
+    """How a run of `plan` (built with fuse=True) goes as a whole: {"status": "compiled" (one numba function,
+    root.py) | "fused" (the root frame's generated Python calling each loop frame) | "scheduled" (the
+    tagged-frame scheduler runs the root), "blocked_by", "reason", "source", "compile_seconds"}."""
+    from dfc.runtime.compiled.codegen import Blocked
+    out = {"status": "scheduled", "blocked_by": None, "reason": None, "source": None, "compile_seconds": {}}
+    rp = plan.root_program
+    if rp is None:
+        out["reason"] = getattr(plan, "root_reason", None) or "the run is not fused"
+        return out
+    if isinstance(rp, CompiledFrame):
+        rp = rp.prog
+    from dfc.runtime.fused import FrameIndex
+    compiled = compile_root(plan, rp, FrameIndex(plan)) if available() else rp
+    if isinstance(compiled, CompiledFrame):
+        out.update(status="compiled", source=compiled.source)
+        for p in ran_plans:
+            if isinstance(getattr(p, "root_program", None), CompiledFrame):
+                out["compile_seconds"].update(p.root_program.compile_seconds)
+        return out
+    b = getattr(plan, "root_blocked", None) or Blocked(None, "numba is not available")
+    out.update(status="fused", blocked_by=b.node, reason=str(b.reason), source=rp.source)
+    return out
+
+
 def explain(plan, ran_plans=()):
     """frame name -> {"status", "blocked_by", "reason", "source", "compile_seconds"} for every loop frame
     of `plan` (built with fuse=True): compiled, fused (with the node that blocked compiling) or not fused

@@ -280,3 +280,18 @@ def _random(e):
     out = e.tmp()
     e.kernel_call(out, e.args)
     return [out]
+
+
+@lowering("OneHot")
+def _one_hot(e):
+    at, t, out = e.node.attrs, e.ins[0], e.outs[0]
+    depth = int(at["depth"])
+    on, off = (literal(np.float64(at.get(k, d)).astype(out.dtype), out.dtype) for k, d in (("on", 1.0), ("off", 0.0)))
+    x, flat, r, k = e.args[0], e.tmp(), e.tmp(), e.tmp()
+    e.stmt(f"{flat} = np.array([{x}])" if t.ndim == 0 else f"{flat} = {x}.ravel()")
+    e.stmt(f"{r} = np.full({flat}.size * {depth}, {off})")
+    e.stmt(f"for {k} in range({flat}.size):")
+    e.stmt(f"    if 0 <= {flat}[{k}] < {depth}:")
+    e.stmt(f"        {r}[{k} * {depth} + {flat}[{k}]] = {on}")
+    dims = "".join(f"{x}.shape[{d}], " for d in range(t.ndim))
+    return [f"{r}.reshape(({dims}{depth}, ))"]

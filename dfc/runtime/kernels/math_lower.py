@@ -269,3 +269,37 @@ def _matmul(e):
     if (a.ndim, b.ndim) == (2, 2):
         return [f"{flat}.reshape(({x}.shape[{int(bool(ta))}], {y}.shape[{int(not tb)}]))"]
     return [f"{flat}[0]" if e.outs[0].ndim == 0 else flat]      # (n,) or (m,): flat already
+
+
+def _step(e, op, args, ins, out, **attrs):
+    """Lower `op` on (args, ins) into a fresh local of Type `out`: one step of a composite lowering."""
+    from dfc.ir.graph import Node
+    from dfc.runtime.kernels.lowering import LOWERINGS
+    sub = type(e)(e.gen, Node(e.node.name, op, [], attrs), args, ins, [out], e.ind)
+    v = e.tmp()
+    e.stmt(f"{v} = {LOWERINGS[op](sub)[0]}")
+    return v
+
+
+def _with_shape(t, shape):
+    """Type t with another shape (of the same dtype)."""
+    n = object.__new__(type(t))
+    n.dtype, n.ndim, n.shape = t.dtype, len(shape), tuple(shape)
+    return n
+
+
+@lowering("Softmax", "LogSoftmax")
+def _softmax(e):
+    # the kernel's steps: z = x - max(x, axis, keepdims); exp(z) / sum(exp(z)) or z - log(sum(exp(z)))
+    t, x = e.ins[0], e.args[0]
+    if t.ndim == 0:
+        raise Unsupported("softmax of a scalar")
+    axis = e.node.attrs.get("axis", -1) % t.ndim
+    k = _with_shape(t, [1 if j == axis else s for j, s in enumerate(t.shape)])
+    m = _step(e, "Max", [x], [t], k, axis=axis, keepdims=True)
+    z = _step(e, "Sub", [x, m], [t, k], t)
+    ez = _step(e, "Exp", [z], [t], t)
+    s = _step(e, "Sum", [ez], [t], k, axis=axis, keepdims=True)
+    if e.node.op == "LogSoftmax":
+        return [_step(e, "Sub", [z, _step(e, "Log", [s], [k], k)], [t, k], t)]
+    return [_step(e, "Div", [ez, s], [t, k], t)]

@@ -14,6 +14,14 @@ before the frame and applies its effects after the compiled code succeeded):
 from dfc.runtime.kernels.lowering import Unsupported, lowering
 
 
+@lowering("StackV2")
+def _stack_new(e):
+    stack_type = getattr(e.gen, "stack_type", None)     # a stack made in the compiled code (compiled/root.py)
+    if stack_type is None:
+        raise Unsupported("a stack made inside a loop frame")
+    return [f"H.empty_list({stack_type(e.gen.plan.index[e.node.name]).default()})"]
+
+
 @lowering("StackPush")
 def _push(e):
     h, x = e.ins

@@ -1,0 +1,95 @@
+"""numba source for a whole run: the root frame (a straight-line graph) with its loop frames inlined.
+
+The fused path runs the root frame as one generated Python function (dfc/runtime/fused_root.py) calling
+each loop frame's program; this is that function as machine code. `run(e0, ..., K, LP, R)` takes the feeds
+(in RootProgram.enters order) and returns the fetched values followed by one dead flag each; the loop
+frames become nested `while True` blocks, as codegen.FrameSource nests a frame's inner loops. A gradient
+stack created at the root (StackV2) is a local typed List here: the forward loop appends, the gradient
+loop pops, and nothing crosses to Python between them (a frame compiled alone gets the stack's elements
+copied in and out on each call, resources.py).
+
+A root with anything else holding state (TensorArrays, Variables, queues, prints) is blocked: it runs as
+the fused root program, each loop frame compiled on its own. So is a root whose code is longer than
+MAX_LINES: numba's compile time grows faster than the code (LLVM optimizes one function as a whole; a
+training step's 700 lines take ~25 s, a graph of many unrolled conds minutes and gigabytes), while its
+frames compiled one by one cost what they cost anyway. $DFC_COMPILE_ROOT=0 turns whole-run compiling off
+(loop frames still compile one by one).
+"""
+import os
+
+from dfc.runtime.compiled.codegen import Analyses, Blocked, FrameSource
+from dfc.runtime.compiled.codegen import Type  # noqa: F401 — (Type of the values here)
+from dfc.runtime.fused import ENTER, SWITCH
+
+MAX_LINES = 1000
+ENABLED = os.environ.get("DFC_COMPILE_ROOT", "1") not in ("0", "false", "no", "off")
+
+
+class RootSource(FrameSource):
+    """The generated source of a Plan's root frame, as FrameSource is for a loop frame (same attributes:
+    source, enter_types = feeds, exit_types = fetches, consts, loops, resources = {})."""
+
+    def __init__(self, plan, index, types, root):      # noqa: D107 — deliberately not FrameSource.__init__
+        self.plan, self.fid, self.types = plan, 0, types
+        self.lines, self.loops, self.consts = [], [], []
+        self._n = 0
+        self.flagged, self.lift_dummies, self.objmode, self.exits_may_die = set(), {}, False, {}
+        from dfc.runtime.compiled.fusion import Fusion
+        self.fusion = Fusion(self)
+        a = root.analysis
+        self.an = {0: a}
+        for c in a.child_programs:
+            self.an.update(Analyses(plan, c, index).by_fid)
+        self.ta_writers, self.frame_chain, self.resources = [], [], {}
+        self.enter_types = [self._type(i, 0, "feed") for i in root.enters]
+        self.exit_types = [self._type(i, port, "fetch") for i, port in plan.fetches]
+        for (i, _), t in zip(plan.fetches, self.exit_types):
+            if t.dtype == "resource":
+                raise Blocked(plan.nodes[i].name, "a resource handle is fetched")
+        params = [f"e{k}" for k in range(len(root.enters))]
+        ind = "    "
+        fed = dict(zip(root.enters, params))
+        for i, e in fed.items():
+            self.w(ind, f"v{i}_0 = {e}")
+        self.fusion.plan_frame(a)
+        for it in a.order:
+            if not (it[0] == "node" and it[1] in fed):
+                self._item(it, a, ind)
+        if len(self.lines) > MAX_LINES:
+            raise Blocked(None, f"the whole run is {len(self.lines)} lines of compiled code, more than "
+                          f"{MAX_LINES}: too long to compile as one function (its loop frames compile one by one)")
+        refs = [self.ref(f, a) for f in plan.fetches]
+        deads = [self.dead(f, a) or "False" for f in plan.fetches]
+        head = ["import numpy as np", "import numba", "from numba import njit",
+                "from dfc.runtime.compiled import helpers as H, npcall as P", "",
+                "# the root frame",
+                f"@njit(cache=True, nogil={not self.objmode}, error_model='numpy')",
+                f"def run({''.join(x + ', ' for x in params)}K, LP, R):"]
+        self.source = "\n".join(head + self.lines + [f"    return ({''.join(o + ', ' for o in refs + deads)})", ""])
+
+    def stack_type(self, i):
+        """The element Type of the gradient stack StackV2 node i makes (what its pushes push and its pops
+        pop, through Enters and cond Switches): one dtype and rank."""
+        p = self.plan
+        ts, todo, seen = {}, [i], set()
+        while todo:
+            j = todo.pop()
+            if j in seen:
+                continue
+            seen.add(j)
+            for port in p.out_edges[j]:
+                for dst, slot in port:
+                    op = p.nodes[dst].op
+                    if p.kind[dst] in (SWITCH, ENTER) and slot == 0:
+                        todo.append(dst)
+                    elif op == "StackPush" and slot == 0:
+                        t = self._type(*p.ins[dst][1], "pushed value")
+                        ts[(t.dtype, t.ndim)] = t
+                    elif op == "StackPop" and slot == 0:
+                        t = self._type(dst, 0, "popped value")
+                        ts[(t.dtype, t.ndim)] = t
+                    else:
+                        raise Blocked(p.nodes[dst].name, f"{op} takes a stack handle")
+        if len(ts) != 1:
+            raise Blocked(p.nodes[i].name, "a stack of values of different types" if ts else "an unused stack")
+        return ts.popitem()[1]

@@ -1,0 +1,157 @@
+"""A whole run as one numba function (dfc/runtime/compiled/root.py): the root frame, its loops inlined, the
+gradient stacks local lists. It gives the reference interpreter's bits, its new lowerings (StackV2, OneHot,
+Softmax, LogSoftmax) give the kernels' bits, a root it cannot compile says which node blocks it and runs
+fused, and errors still name their node."""
+import numpy as np
+import pytest
+
+import dfc
+from dfc.errors import DfcError
+from tests.compiledtools import _no_compile_budget  # noqa: F401 (autouse fixture)
+from tests.conftest import run_all_modes
+from tests.runtime.test_compiled import _signature
+
+pytestmark = pytest.mark.host_devices("numba-compiled code is CPU machine code")
+pytest.importorskip("numba")
+
+
+def _root(s, g):
+    return s.plan(*_signature(g)).root_program
+
+
+def _rnn_step(x, W, U, labels):
+    """A small RNN classifier's loss and gradients: a loop whose gradient pops what the forward pushed."""
+    def loss_of(W, U):
+        h = dfc.zeros([2, 3], "float64")
+        for t in range(dfc.shape(x)[0]):
+            h = dfc.tanh(dfc.matmul(x[t], W) + dfc.matmul(h, U))
+        return -dfc.reduce_sum(dfc.one_hot(labels, 3) * dfc.log_softmax(h)) + dfc.reduce_sum(dfc.softmax(h, axis=0))
+    loss = loss_of(W, U)
+    return loss, dfc.gradients(loss, [W, U])
+
+
+def _rnn_inputs(T=5):
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((T, 2, 4)), rng.standard_normal((4, 3)) * 0.5, rng.standard_normal((3, 3)) * 0.5,
+            np.array([2, 0], np.int64))
+
+
+def _rnn_graph():
+    return dfc.function(_rnn_step).trace(dfc.TensorSpec([None, 2, 4], "float64"), dfc.TensorSpec([4, 3], "float64"),
+                     dfc.TensorSpec([3, 3], "float64"), dfc.TensorSpec([2], "int64"))
+
+
+def test_a_training_step_compiles_whole_and_gives_the_reference_bits():
+    from dfc.runtime.compiled import CompiledFrame
+    g = _rnn_graph()
+    for T in (5, 1, 0):
+        a = _rnn_inputs(T)
+        want = run_all_modes(g, *a)
+        s = dfc.Session(g, compile_loops=True, num_threads=0)
+        got = s.call(*a)
+        rp = _root(s, g)
+        assert isinstance(rp, CompiledFrame) and rp.runs == {"compiled": 1, "fused": 0}
+        assert "StackV2" in rp.source and "H.empty_list(" in rp.source    # the stacks live in the compiled code
+        for x, y in zip(dfc.nest.flatten(got), dfc.nest.flatten(want)):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_its_gradients_match_finite_differences():
+    g = _rnn_graph()
+    x, W, U, labels = _rnn_inputs()
+    s = dfc.Session(g, compile_loops=True, num_threads=0)
+    _, (gW, _) = s.call(x, W, U, labels)
+    eps, num = 1e-6, np.zeros_like(W)
+    for idx in np.ndindex(W.shape):
+        d = np.zeros_like(W)
+        d[idx] = eps
+        num[idx] = (s.call(x, W + d, U, labels)[0] - s.call(x, W - d, U, labels)[0]) / (2 * eps)
+    np.testing.assert_allclose(gW, num, rtol=1e-5, atol=1e-7)
+    assert _root(s, g).runs["fused"] == 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "bool"])
+def test_one_hot_gives_the_kernels_values(dtype):
+    g = dfc.trace(lambda i: dfc.one_hot(i, 4, dtype=dtype) if dtype != "bool" else dfc.one_hot(i, 4, dtype=dtype),
+                  dfc.TensorSpec([None, None], "int64"))
+    idx = np.array([[0, 3, -1], [4, 2, 1]], np.int64)         # out of range both ways: all "off"
+    want = dfc.Session(g, mode="reference").call(idx)
+    s = dfc.Session(g, compile_loops=True, num_threads=0)
+    got = s.call(idx)
+    assert got.dtype == want.dtype and got.shape == (2, 3, 4)
+    np.testing.assert_array_equal(got, want)
+    assert _root(s, g).runs["compiled"] == 1
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_softmax_and_log_softmax_give_the_kernels_bits(axis, dtype):
+    g = dfc.trace(lambda x: (dfc.softmax(x, axis=axis), dfc.log_softmax(x, axis=axis)),
+                  dfc.TensorSpec([None, None], dtype))
+    x = (np.random.default_rng(1).standard_normal((5, 7)) * 30).astype(dtype)
+    want = dfc.Session(g, mode="reference").call(x)
+    s = dfc.Session(g, compile_loops=True, num_threads=0)
+    got = s.call(x)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    assert _root(s, g).runs["compiled"] == 1
+
+
+def test_a_root_with_a_tensor_array_names_what_blocks_it_and_runs_fused():
+    from dfc.runtime.fused_root import RootProgram
+
+    def f(x, n):
+        ta = dfc.TensorArray("float64", size=n)
+        ta = dfc.while_loop(lambda i, ta: i < n, lambda i, ta: (i + 1, ta.write(i, x * dfc.cast(i, "float64"))),
+                            (0, ta))[1]
+        return ta.stack()
+    g = dfc.trace(f, dfc.TensorSpec([2], "float64"), dfc.TensorSpec([], "int64"))
+    s = dfc.Session(g, compile_loops=True, num_threads=0)
+    got = s.call(np.ones(2), np.int64(3))
+    np.testing.assert_array_equal(got, [[0, 0], [1, 1], [2, 2]])
+    plan = s.plan(*_signature(g))
+    assert isinstance(plan.root_program, RootProgram)
+    assert plan.root_blocked is not None and "TensorArray" in str(plan.root_blocked)
+
+
+def test_an_error_in_a_compiled_root_names_its_node():
+    def f(a, b, n):
+        c = dfc.while_loop(lambda i, c: i < n, lambda i, c: (i + 1, c * 2.0), (0, a))[1]
+        return dfc.matmul(c, b)
+    g = dfc.trace(f, dfc.TensorSpec([None, None], "float64"), dfc.TensorSpec([None, None], "float64"),
+                  dfc.TensorSpec([], "int64"))
+    s = dfc.Session(g, compile_loops=True, num_threads=0)
+    np.testing.assert_array_equal(s.call(np.ones((2, 2)), np.ones((2, 2)), np.int64(2)), np.full((2, 2), 8.0))
+    with pytest.raises(DfcError) as e:
+        s.call(np.ones((2, 3)), np.ones((2, 2)), np.int64(2))
+    assert "matmul" in e.value.node
+    assert _root(s, g).runs == {"compiled": 1, "fused": 1}    # the fused root replayed it to name the node
+
+
+def test_compiled_run_and_dfc_show_say_how_the_whole_run_goes(tmp_path):
+    import os
+    import subprocess
+    import sys
+    g = dfc.trace(lambda x, n: dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s * 0.375 + x), (0, x))[1],
+                  dfc.TensorSpec([2], "float64"), dfc.TensorSpec([], "int64"))     # compiled by this test only
+    s = dfc.Session(g, compile_loops=True, num_threads=0)
+    info = s.compiled_run()
+    assert info["status"] == "compiled" and info["blocked_by"] is None and "def run(" in info["source"]
+    assert info["compile_seconds"] == {}
+    s.call(np.ones(2), np.int64(3))
+    assert list(s.compiled_run()["compile_seconds"].values())[0] > 0
+
+    def f(x, n):
+        ta = dfc.TensorArray("float64", size=n)
+        return dfc.while_loop(lambda i, ta: i < n, lambda i, ta: (i + 1, ta.write(i, x)), (0, ta))[1].stack()
+    g2 = dfc.trace(f, dfc.TensorSpec([2], "float64"), dfc.TensorSpec([], "int64"))
+    info = dfc.Session(g2).compiled_run()
+    assert info["status"] == "fused" and info["blocked_by"] in g2.nodes and "TensorArray" in info["reason"]
+    assert info["source"].startswith("def run(ctx, kern, enters")
+
+    dfc.save(g, str(tmp_path / "g.json"))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-m", "dfc.cli", "show", "--fused", str(tmp_path / "g.json")],
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=root), check=False)
+    assert r.returncode == 0, r.stderr
+    assert "# ---- the whole run (root frame)\n# compile_loops: compiled with numba as one function" in r.stdout
