@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 import dfc
-from tests.compiledtools import _no_compile_budget  # noqa: F401 (autouse fixture)
+from tests.compiledtools import _no_compile_budget, frames_alone  # noqa: F401 (fixtures)
 from tests.runtime.test_compiled import _signature
 
-pytestmark = pytest.mark.host_devices("numba-compiled loop frames are CPU machine code")
+# these test loop frames compiled one by one (test_compiled_root.py: the whole run, which supersedes them)
+pytestmark = [pytest.mark.usefixtures("frames_alone"),
+              pytest.mark.host_devices("numba-compiled loop frames are CPU machine code")]
 pytest.importorskip("numba")
 
 

@@ -155,3 +155,28 @@ def test_compiled_run_and_dfc_show_say_how_the_whole_run_goes(tmp_path):
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=root), check=False)
     assert r.returncode == 0, r.stderr
     assert "# ---- the whole run (root frame)\n# compile_loops: compiled with numba as one function" in r.stdout
+
+
+def test_auto_compiles_the_whole_run_in_a_child_process_and_not_its_frames_too(monkeypatch, tmp_path):
+    import time
+
+    from dfc.runtime import compiled
+    monkeypatch.setenv("DFC_CACHE_DIR", str(tmp_path))
+    g = dfc.trace(lambda x, n: dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s * 0.625 - x), (0, x))[1],
+                  dfc.TensorSpec([3], "float32"), dfc.TensorSpec([], "int64"))
+    x = np.ones(3, np.float32)
+    want = dfc.Session(g, mode="reference").call(x, np.int64(6))
+    s = dfc.Session(g, compile_loops="auto", num_threads=0)
+    s.call(x, np.int64(6))
+    plan = s.plan(*_signature(g))
+    whole, frame = plan.root_program, next(iter(plan.programs.values()))
+    assert isinstance(whole, compiled.CompiledFrame) and frame.superseded_by is whole
+    whole.fused_seconds = frame.fused_seconds = compiled.AUTO_SECONDS     # as if both had run long enough
+    np.testing.assert_array_equal(s.call(x, np.int64(6)), want)            # starts the child, runs fused
+    assert whole._job is not None and frame._job is None
+    deadline = time.monotonic() + 240
+    while whole._job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert whole._job.poll() is True, whole._job.error
+    np.testing.assert_array_equal(s.call(x, np.int64(6)), want)
+    assert whole.runs["compiled"] == 1 and frame._job is None

@@ -63,6 +63,8 @@ class CompiledFrame:
         self._job = None              # compile_loops="auto": the child process compiling it (background.py)
         self._job_recorded = False
         self._on_disk = None          # "auto": its machine code was in the disk cache at its first run
+        self.superseded_by = None     # "auto": the whole run's CompiledFrame (compile_root), which has this
+        #                               frame's code inside: this frame compiles only if that one fails
         self.fid, self.enters, self.enter_pos, self.exits = prog.fid, prog.enters, prog.enter_pos, prog.exits
         self.source = src.source
         self.name = prog.plan.frame_names[prog.fid]
@@ -155,6 +157,9 @@ class CompiledFrame:
     def _worth_compiling(self):
         from dfc.runtime.compiled import cache
         if self.policy == "auto":
+            whole = self.superseded_by
+            if whole is not None and not (whole._job is not None and whole._job.poll() is False):
+                return False
             if self._on_disk is None:     # looked up once (a directory listing: ms), not on every fused run
                 self._on_disk = cache.on_disk(self.source)
             return self._job is not None or self._on_disk or self.fused_seconds >= AUTO_SECONDS
@@ -249,6 +254,9 @@ def compile_root(plan, root, index, policy=True):
         plan.root_blocked = Blocked(None, f"the graph's types cannot be inferred: {e}")
         return root
     cf.name = "(root)"
+    for c in root.analysis.child_programs:
+        if isinstance(plan.programs.get(c), CompiledFrame):
+            plan.programs[c].superseded_by = cf
     return cf
 
 

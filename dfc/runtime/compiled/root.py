@@ -11,7 +11,8 @@ copied in and out on each call, resources.py).
 A root with anything else holding state (TensorArrays, Variables, queues, prints) is blocked: it runs as
 the fused root program, each loop frame compiled on its own. So is a root whose code is longer than
 MAX_LINES: numba's compile time grows faster than the code (LLVM optimizes one function as a whole; a
-training step's 700 lines take ~25 s, a graph of many unrolled conds minutes and gigabytes), while its
+training step's 700 lines take ~25 s, an ODE integrator's gradient 1 500 lines ~30 s, a graph of many
+unrolled conds minutes and gigabytes), while its
 frames compiled one by one cost what they cost anyway. $DFC_COMPILE_ROOT=0 turns whole-run compiling off
 (loop frames still compile one by one).
 """
@@ -21,7 +22,7 @@ from dfc.runtime.compiled.codegen import Analyses, Blocked, FrameSource
 from dfc.runtime.compiled.codegen import Type  # noqa: F401 — (Type of the values here)
 from dfc.runtime.fused import ENTER, SWITCH
 
-MAX_LINES = 1000
+MAX_LINES = 2000
 ENABLED = os.environ.get("DFC_COMPILE_ROOT", "1") not in ("0", "false", "no", "off")
 
 
