@@ -52,7 +52,7 @@ from dfc.errors import DfcInputError, DfcError
 from dfc.ir import dtypes as dt
 from dfc.ir import structure
 from dfc.ir.graph import parse_input
-from dfc.runtime import checkpoints, containers, reference
+from dfc.runtime import checkpoints, containers, folding, reference
 from dfc.runtime.executor import Plan, Run, KernelContext, default_printer, Transport, PartitionedRun, check_fetches
 from dfc.runtime.limits import MemoryLimit
 
@@ -181,7 +181,10 @@ class Session:
         kw = dict(parallel_iterations=self.parallel_iterations, fuse=self.fuse_loops, memory_limit=self.memory_limit,
                   overlap=self._num_threads > 0, compile_loops=self.compile_loops)
         if self.placement is None:
-            return Plan(self.graph, fetches, feed_names, targets, **kw)
+            graph = self.graph
+            if self.fuse_loops and folding.ENABLED:     # the unfused paths run the graph as it is
+                graph, _ = folding.fold(graph, set(feed_names) | {parse_input(f)[0] for f in fetches} | set(targets))
+            return Plan(graph, fetches, feed_names, targets, **kw)
         from dfc.runtime import partition as pt
         sub = pt.prune(self.graph, [parse_input(f)[0] for f in fetches], targets, feed_names)
         used = {self.placement[n] for n in sub.nodes}
