@@ -124,7 +124,7 @@ class _Group:
         if self.deads:
             w(ind, f"if {' or '.join(self.deads)}:")
             w(ind, f"    d{r}_0 = True")
-            w(ind, f"    v{r}_0 = {out.default()}")
+            w(ind, f"    v{r}_0 = {self.gen.dead_value(out)}")
             w(ind, "else:")
             pad = ind + "    "
             w(pad, f"d{r}_0 = False")

@@ -33,6 +33,7 @@ class RootSource(FrameSource):
     def __init__(self, plan, index, types, root):      # noqa: D107 — deliberately not FrameSource.__init__
         self.plan, self.fid, self.types = plan, 0, types
         self.lines, self.loops, self.consts = [], [], []
+        self.placeholders = {}
         self._n = 0
         self.flagged, self.lift_dummies, self.objmode, self.exits_may_die = set(), {}, False, {}
         from dfc.runtime.compiled.fusion import Fusion
@@ -66,7 +67,8 @@ class RootSource(FrameSource):
                 "# the root frame",
                 f"@njit(cache=True, nogil={not self.objmode}, error_model='numpy')",
                 f"def run({''.join(x + ', ' for x in params)}K, LP, R):"]
-        self.source = "\n".join(head + self.lines + [f"    return ({''.join(o + ', ' for o in refs + deads)})", ""])
+        self.source = "\n".join(head + self.hoisted() + self.lines +
+                                 [f"    return ({''.join(o + ', ' for o in refs + deads)})", ""])
 
     def stack_type(self, i):
         """The element Type of the gradient stack StackV2 node i makes (what its pushes push and its pops
