@@ -97,21 +97,62 @@ def test_softmax_and_log_softmax_give_the_kernels_bits(axis, dtype):
     assert _root(s, g).runs["compiled"] == 1
 
 
-def test_a_root_with_a_tensor_array_names_what_blocks_it_and_runs_fused():
+def _ta_graph(scalar=False):
+    def f(x, n):
+        ta = dfc.TensorArray("float64", size=n)
+        val = (lambda i: dfc.reduce_sum(x) * dfc.cast(i, "float64")) if scalar else \
+            (lambda i: x * dfc.cast(i, "float64"))
+        ta = dfc.while_loop(lambda i, ta: i < n, lambda i, ta: (i + 1, ta.write(i, val(i))), (0, ta))[1]
+        return ta.stack(), ta.read(n - 1) if not scalar else ta.size()
+    return dfc.trace(f, dfc.TensorSpec([2], "float64"), dfc.TensorSpec([], "int64"))
+
+
+@pytest.mark.parametrize("scalar", [False, True])
+def test_a_tensor_array_made_at_the_root_lives_in_the_compiled_code(scalar):
+    from dfc.runtime.compiled import CompiledFrame
+    g = _ta_graph(scalar)
+    for n in (3, 1):
+        want = run_all_modes(g, np.ones(2), np.int64(n))
+        s = dfc.Session(g, compile_loops=True, num_threads=0)
+        got = s.call(np.ones(2), np.int64(n))
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        rp = _root(s, g)
+        assert isinstance(rp, CompiledFrame) and rp.runs == {"compiled": 1, "fused": 0}
+    s = dfc.Session(g, compile_loops=True, num_threads=0)      # size 0: the kernel's empty stack, replayed
+    got = s.call(np.ones(2), np.int64(0))[0] if scalar else None
+    if scalar:
+        assert got.shape == (0,) and _root(s, g).runs == {"compiled": 0, "fused": 1}
+
+
+def test_a_tensor_array_written_twice_in_compiled_code_names_the_write():
+    def f(x, n):
+        ta = dfc.TensorArray("float64", size=3, dynamic_size=False)
+        ta = dfc.while_loop(lambda i, ta: i < n, lambda i, ta: (i + 1, ta.write(i % 2, x)), (0, ta))[1]
+        return ta.read(0)
+    g = dfc.trace(f, dfc.TensorSpec([2], "float64"), dfc.TensorSpec([], "int64"))
+    s = dfc.Session(g, compile_loops=True, num_threads=0)
+    np.testing.assert_array_equal(s.call(np.ones(2), np.int64(2)), np.ones(2))
+    with pytest.raises(DfcError, match="written twice") as e:
+        s.call(np.ones(2), np.int64(3))
+    assert g.nodes[e.value.node].op == "TensorArrayWrite"
+
+
+def test_a_root_with_a_tensor_array_gather_names_what_blocks_it_and_runs_fused():
     from dfc.runtime.fused_root import RootProgram
 
     def f(x, n):
         ta = dfc.TensorArray("float64", size=n)
         ta = dfc.while_loop(lambda i, ta: i < n, lambda i, ta: (i + 1, ta.write(i, x * dfc.cast(i, "float64"))),
                             (0, ta))[1]
-        return ta.stack()
+        return ta.gather(dfc.constant(np.array([2, 0], np.int64)))
     g = dfc.trace(f, dfc.TensorSpec([2], "float64"), dfc.TensorSpec([], "int64"))
     s = dfc.Session(g, compile_loops=True, num_threads=0)
     got = s.call(np.ones(2), np.int64(3))
-    np.testing.assert_array_equal(got, [[0, 0], [1, 1], [2, 2]])
+    np.testing.assert_array_equal(got, [[2, 2], [0, 0]])
     plan = s.plan(*_signature(g))
     assert isinstance(plan.root_program, RootProgram)
-    assert plan.root_blocked is not None and "TensorArray" in str(plan.root_blocked)
+    assert plan.root_blocked is not None and "TensorArrayGather" in str(plan.root_blocked)
 
 
 def test_an_error_in_a_compiled_root_names_its_node():
@@ -143,7 +184,8 @@ def test_compiled_run_and_dfc_show_say_how_the_whole_run_goes(tmp_path):
 
     def f(x, n):
         ta = dfc.TensorArray("float64", size=n)
-        return dfc.while_loop(lambda i, ta: i < n, lambda i, ta: (i + 1, ta.write(i, x)), (0, ta))[1].stack()
+        ta = dfc.while_loop(lambda i, ta: i < n, lambda i, ta: (i + 1, ta.write(i, x)), (0, ta))[1]
+        return ta.gather(dfc.constant(np.array([0], np.int64)))
     g2 = dfc.trace(f, dfc.TensorSpec([2], "float64"), dfc.TensorSpec([], "int64"))
     info = dfc.Session(g2).compiled_run()
     assert info["status"] == "fused" and info["blocked_by"] in g2.nodes and "TensorArray" in info["reason"]

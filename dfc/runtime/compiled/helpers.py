@@ -209,6 +209,65 @@ def ta_read(items, ok, i):
     return items[i]
 
 
+@njit(cache=True, nogil=True)
+def ta_new(proto, n):
+    """A TensorArray made in compiled code: (its n elements, which are written); proto fills the unwritten."""
+    if n < 0:
+        raise ValueError("TensorArray of negative size")
+    items, written = typed.List(), typed.List()
+    for _ in range(n):
+        items.append(proto)
+        written.append(False)
+    return items, written
+
+
+@njit(cache=True, nogil=True)
+def ta_write(items, written, i, v, dynamic):
+    """Write element i once, as TensorArrayStore.write checks it (a dynamic array grows to hold i)."""
+    if i < 0:
+        raise IndexError("TensorArray index is negative")
+    while i >= len(items):
+        if not dynamic:
+            raise IndexError("TensorArray index out of range")
+        items.append(v)
+        written.append(False)
+    if written[i]:
+        raise ValueError("TensorArray index written twice")
+    items[i] = v
+    written[i] = True
+
+
+@njit(cache=True, nogil=True)
+def ta_stack(items, written):
+    """The elements (arrays of one shape, all written) stacked along a new first axis."""
+    n = len(items)
+    if n == 0:
+        raise ValueError("stack of an empty TensorArray")     # the kernel's zeros of the element shape
+    first = items[0]
+    out = np.empty((n,) + first.shape, first.dtype)
+    for k in range(n):
+        if not written[k]:
+            raise ValueError("TensorArray element read before it was written")
+        if items[k].shape != first.shape:
+            raise ValueError("TensorArray elements of different shapes")
+        out[k] = items[k]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def ta_stack_scalars(items, written):
+    """The scalar elements (all written) as a 1-D array."""
+    n = len(items)
+    if n == 0:
+        raise ValueError("stack of an empty TensorArray")
+    out = np.empty(n, type(items[0]))
+    for k in range(n):
+        if not written[k]:
+            raise ValueError("TensorArray element read before it was written")
+        out[k] = items[k]
+    return out
+
+
 class _Ctx:
     """The part of the executor's KernelContext a kernel called from compiled code may read."""
     __slots__ = ("run_count", "tag")

@@ -8,7 +8,10 @@ stack created at the root (StackV2) is a local typed List here: the forward loop
 loop pops, and nothing crosses to Python between them (a frame compiled alone gets the stack's elements
 copied in and out on each call, resources.py).
 
-A root with anything else holding state (TensorArrays, Variables, queues, prints) is blocked: it runs as
+So is a TensorArray made at the root (not an accumulating one, a gradient's): a pair of typed Lists, its
+elements and which are written, read and stacked with the kernels' checks (an error replays the run on
+the fused path, which names the node). A root with anything else holding state (Variables, queues,
+prints, gathers and scatters of TensorArrays) is blocked: it runs as
 the fused root program, each loop frame compiled on its own. So is a root whose code is longer than
 MAX_LINES: numba's compile time grows faster than the code (LLVM optimizes one function as a whole; a
 training step's 700 lines take ~25 s, an ODE integrator's gradient 1 500 lines ~30 s, a graph of many
@@ -69,6 +72,43 @@ class RootSource(FrameSource):
                 f"def run({''.join(x + ', ' for x in params)}K, LP, R):"]
         self.source = "\n".join(head + self.hoisted() + self.lines +
                                  [f"    return ({''.join(o + ', ' for o in refs + deads)})", ""])
+
+    local_resources = True      # the resources the lowerings see are made here (state_lower.py)
+
+    def ta_type(self, i):
+        """The element Type of the TensorArray node i makes, from its writes, reads and stacks (through
+        Enters and cond Switches); Blocked if it is used any other way."""
+        p = self.plan
+        ts, todo, seen = {}, [i], set()
+        while todo:
+            j = todo.pop()
+            if j in seen:
+                continue
+            seen.add(j)
+            for dst, slot in p.out_edges[j][0]:
+                op = p.nodes[dst].op
+                if p.kind[dst] in (SWITCH, ENTER) and slot == 0:
+                    todo.append(dst)
+                    continue
+                if slot != 0 or op not in ("TensorArrayWrite", "TensorArrayRead", "TensorArraySize",
+                                           "TensorArrayStack"):
+                    raise Blocked(p.nodes[dst].name, f"{op} takes a TensorArray handle (lowered for one made "
+                                  "in the compiled code: write, read, size, stack)")
+                if op == "TensorArrayWrite":
+                    t = self._type(*p.ins[dst][2], "written value")
+                elif op == "TensorArrayRead":
+                    t = self._type(dst, 0, "read value")
+                elif op == "TensorArrayStack":
+                    s = self._type(dst, 0, "stacked value")
+                    t = object.__new__(type(s))
+                    t.dtype, t.ndim, t.shape = s.dtype, s.ndim - 1, s.shape[1:]
+                else:
+                    continue
+                ts[(t.dtype, t.ndim)] = t
+        if len(ts) != 1:
+            raise Blocked(p.nodes[i].name, "a TensorArray of values of different types" if ts else
+                          "a TensorArray whose elements the compiled code never sees")
+        return ts.popitem()[1]
 
     def stack_type(self, i):
         """The element Type of the gradient stack StackV2 node i makes (what its pushes push and its pops

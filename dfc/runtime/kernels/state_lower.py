@@ -11,7 +11,7 @@ before the frame and applies its effects after the compiled code succeeded):
 - a TensorArray the frame reads: its elements, which it can read, and its size;
 - a Variable: a typed List holding its value (read it, assign it; assigned back once at the end).
 """
-from dfc.runtime.kernels.lowering import Unsupported, lowering
+from dfc.runtime.kernels.lowering import Unsupported, lowering, scalar_type as st
 
 
 @lowering("StackV2")
@@ -39,11 +39,53 @@ def _pop(e):
     return [f"{e.args[0]}.pop()"]
 
 
+@lowering("TensorArray")
+def _ta_new(e):
+    ta_type = getattr(e.gen, "ta_type", None)      # a TensorArray made in the compiled code (compiled/root.py)
+    at = e.node.attrs
+    if ta_type is None:
+        raise Unsupported("a TensorArray made inside a loop frame")
+    if at.get("accumulate", False):
+        raise Unsupported("an accumulating (gradient) TensorArray made in compiled code")
+    t = ta_type(e.gen.plan.index[e.node.name])
+    if str(at["dtype"]) != t.dtype:
+        raise Unsupported("a TensorArray whose values are of another dtype")
+    h = e.tmp()
+    proto = t.default() if t.ndim else f"{st(t.dtype)}(0)"
+    e.stmt(f"{h} = H.ta_new({proto}, np.int64({e.args[0]}))")
+    return [h, "np.float32(0.0)"]
+
+
+def _local(e):
+    return getattr(e.gen, "local_resources", False)
+
+
+@lowering("TensorArrayStack")
+def _ta_stack(e):
+    if not _local(e):
+        raise Unsupported("TensorArrayStack of a TensorArray made outside the compiled code")
+    t = e.outs[0]
+    if t.ndim == 1:
+        return [f"H.ta_stack_scalars({e.args[0]}[0], {e.args[0]}[1])"]
+    return [f"H.ta_stack({e.args[0]}[0], {e.args[0]}[1])"]
+
+
 @lowering("TensorArrayWrite")
 def _ta_write(e):
     h, i, v = e.args[:3]
     if e.ins[1].ndim != 0:
         raise Unsupported("a TensorArray index that is not one integer")
+    if _local(e):
+        dynamic, es = _ta_attrs(e, 0)
+        t = e.ins[2]
+        if es is not None:
+            if len(es) != t.ndim:
+                raise Unsupported("a TensorArray written a value of another rank than its elements")
+            for k, d in enumerate(es):
+                if d is not None:
+                    e.stmt(f"if {v}.shape[{k}] != {d}: raise ValueError('TensorArray element of another shape')")
+        e.stmt(f"H.ta_write({h}[0], {h}[1], np.int64({i}), {v}, {dynamic})")
+        return ["np.float32(0.0)"]
     g = e.gen
     wid = len(g.ta_writers)
     g.ta_writers.append((e.node.name, tuple(g.frame_chain)))
@@ -53,16 +95,33 @@ def _ta_write(e):
     return ["np.float32(0.0)"]          # the flow (state_kernels.FLOW)
 
 
+def _ta_attrs(e, k):
+    """(dynamic_size, element_shape) of the TensorArray node whose handle input k of e's node takes."""
+    p = e.gen.plan
+    src = p.index[e.node.name]
+    while True:
+        s = p.ins[src][k][0]
+        if p.nodes[s].op == "TensorArray":
+            at = p.nodes[s].attrs
+            es = at.get("element_shape")
+            return bool(at.get("dynamic_size", True)), None if es is None else tuple(es)
+        src, k = s, 0       # through Enters and Switches
+
+
 @lowering("TensorArrayRead")
 def _ta_read(e):
     h, i = e.args[:2]
     if e.ins[1].ndim != 0:
         raise Unsupported("a TensorArray index that is not one integer")
+    if _local(e):
+        return [f"H.ta_read({h}[0], {h}[1], np.int64({i}))"]
     return [f"H.ta_read({h}[0], {h}[1], np.int64({i}))"]
 
 
 @lowering("TensorArraySize")
 def _ta_size(e):
+    if _local(e):
+        return [f"np.int64(len({e.args[0]}[0]))"]
     return [f"{e.args[0]}[2]"]
 
 
