@@ -171,7 +171,11 @@ class Plan:
                 self.root_feeds = [self.nodes[i].name for i in self.root_program.enters]
                 if compile_loops and (device is None or device.kind == "cpu"):
                     from dfc.runtime.compiled import compile_root
-                    self.root_program = compile_root(self, self.root_program, index, policy=compile_loops)
+                    rp = self.root_program
+                    self.root_program = compile_root(self, rp, index, policy=compile_loops)
+                    # compiled code runs every kernel inline anyway (a matmul's BLAS uses its own threads):
+                    # no run of the scheduler first, which would compile the frames one by one too
+                    self.root_inline = self.root_inline or self.root_program is not rp
 
     def _index(self, graph, wanted, feed_names, frame_ids):
         """The nodes the run needs, numbered; frames numbered (the root is 0)."""

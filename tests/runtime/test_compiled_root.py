@@ -222,3 +222,17 @@ def test_auto_compiles_the_whole_run_in_a_child_process_and_not_its_frames_too(m
     assert whole._job.poll() is True, whole._job.error
     np.testing.assert_array_equal(s.call(x, np.int64(6)), want)
     assert whole.runs["compiled"] == 1 and frame._job is None
+
+
+def test_with_a_kernel_pool_the_first_call_already_runs_the_whole_run_compiled():
+    """A root with heavy kernels (matmuls) and a pool: compiled code runs them inline anyway, so the first
+    call does not schedule the root (which would compile each loop frame as well)."""
+    from dfc.runtime.compiled import CompiledFrame
+    g = dfc.trace(lambda a, n: dfc.matmul(dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s * 0.75), (0, a))[1],
+                                          a), dfc.TensorSpec([None, None], "float32"), dfc.TensorSpec([], "int64"))
+    a = np.full((4, 4), 0.5, np.float32)
+    s = dfc.Session(g, compile_loops=True, num_threads=2)
+    np.testing.assert_array_equal(s.call(a, np.int64(3)), run_all_modes(g, a, np.int64(3)))
+    plan = s.plan(*_signature(g))
+    assert isinstance(plan.root_program, CompiledFrame) and plan.root_program.runs == {"compiled": 1, "fused": 0}
+    assert all(not isinstance(f, CompiledFrame) or f.compile_seconds == {} for f in plan.programs.values())
