@@ -236,3 +236,26 @@ def test_with_a_kernel_pool_the_first_call_already_runs_the_whole_run_compiled()
     plan = s.plan(*_signature(g))
     assert isinstance(plan.root_program, CompiledFrame) and plan.root_program.runs == {"compiled": 1, "fused": 0}
     assert all(not isinstance(f, CompiledFrame) or f.compile_seconds == {} for f in plan.programs.values())
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_scan_and_map_fn_compile_whole(rank):
+    """dfc.scan and dfc.map_fn: their inputs unstacked into a TensorArray at the root, read in the loop, the
+    outputs written and stacked (and concatenated) at the root, all in the compiled code."""
+    from dfc.runtime.compiled import CompiledFrame
+
+    def f(xs):
+        s = dfc.scan(lambda acc, x: acc * 0.5 + x, xs, dfc.zeros_like(xs[0]))
+        m = dfc.map_fn(lambda x: x * x + 1.0, xs)
+        ta = dfc.TensorArray("float64", size=dfc.shape(xs)[0]).unstack(xs)
+        return s, m, ta.concat() if rank == 2 else ta.stack()
+    shape = [5] if rank == 1 else [5, 3]
+    g = dfc.trace(f, dfc.TensorSpec(shape, "float64"))
+    xs = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) / 7.0
+    want = run_all_modes(g, xs)
+    s = dfc.Session(g, compile_loops=True, num_threads=0)
+    got = s.call(xs)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    rp = _root(s, g)
+    assert isinstance(rp, CompiledFrame) and rp.runs == {"compiled": 1, "fused": 0}, s.compiled_run()["reason"]

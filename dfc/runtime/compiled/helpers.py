@@ -268,6 +268,29 @@ def ta_stack_scalars(items, written):
     return out
 
 
+@njit(cache=True, nogil=True)
+def ta_concat(items, written):
+    """The elements (arrays of one rank, all written, equal but in their first axis) joined along it."""
+    n = len(items)
+    if n == 0:
+        raise ValueError("concat of an empty TensorArray")     # the kernel's zeros of the element shape
+    first = items[0]
+    rows = 0
+    for k in range(n):
+        if not written[k]:
+            raise ValueError("TensorArray element read before it was written")
+        if items[k].shape[1:] != first.shape[1:]:
+            raise ValueError("TensorArray elements of different shapes")
+        rows += items[k].shape[0]
+    out = np.empty((rows,) + first.shape[1:], first.dtype)
+    r = 0
+    for k in range(n):
+        m = items[k].shape[0]
+        out[r:r + m] = items[k]
+        r += m
+    return out
+
+
 class _Ctx:
     """The part of the executor's KernelContext a kernel called from compiled code may read."""
     __slots__ = ("run_count", "tag")

@@ -9,7 +9,8 @@ loop pops, and nothing crosses to Python between them (a frame compiled alone ge
 copied in and out on each call, resources.py).
 
 So is a TensorArray made at the root (not an accumulating one, a gradient's): a pair of typed Lists, its
-elements and which are written, read and stacked with the kernels' checks (an error replays the run on
+elements and which are written: written, read, sized, stacked, unstacked and concatenated with the kernels'
+checks (an error replays the run on
 the fused path, which names the node). A root with anything else holding state (Variables, queues,
 prints, gathers and scatters of TensorArrays) is blocked: it runs as
 the fused root program, each loop frame compiled on its own. So is a root whose code is longer than
@@ -91,11 +92,21 @@ class RootSource(FrameSource):
                     todo.append(dst)
                     continue
                 if slot != 0 or op not in ("TensorArrayWrite", "TensorArrayRead", "TensorArraySize",
-                                           "TensorArrayStack"):
+                                           "TensorArrayStack", "TensorArrayUnstack", "TensorArrayConcat"):
                     raise Blocked(p.nodes[dst].name, f"{op} takes a TensorArray handle (lowered for one made "
-                                  "in the compiled code: write, read, size, stack)")
+                                  "in the compiled code: write, read, size, stack, unstack, concat)")
                 if op == "TensorArrayWrite":
                     t = self._type(*p.ins[dst][2], "written value")
+                elif op == "TensorArrayConcat":
+                    t = self._type(dst, 0, "concatenated value")
+                    if t.ndim == 0:
+                        raise Blocked(p.nodes[dst].name, "a concat of scalars")
+                elif op == "TensorArrayUnstack":
+                    s = self._type(*p.ins[dst][1], "unstacked value")
+                    if s.ndim == 0:
+                        raise Blocked(p.nodes[dst].name, "an unstack of a scalar")
+                    t = object.__new__(type(s))
+                    t.dtype, t.ndim, t.shape = s.dtype, s.ndim - 1, s.shape[1:]
                 elif op == "TensorArrayRead":
                     t = self._type(dst, 0, "read value")
                 elif op == "TensorArrayStack":

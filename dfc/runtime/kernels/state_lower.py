@@ -70,6 +70,31 @@ def _ta_stack(e):
     return [f"H.ta_stack({e.args[0]}[0], {e.args[0]}[1])"]
 
 
+@lowering("TensorArrayUnstack")
+def _ta_unstack(e):
+    if not _local(e):
+        raise Unsupported("TensorArrayUnstack of a TensorArray made outside the compiled code")
+    dynamic, es = _ta_attrs(e, 0)
+    x, t = e.args[1], e.ins[1]
+    if es is not None:
+        if len(es) != t.ndim - 1:
+            raise Unsupported("a TensorArray unstacked from a value of another rank than its elements")
+        for k, d in enumerate(es):
+            if d is not None:
+                e.stmt(f"if {x}.shape[{k + 1}] != {d}: raise ValueError('TensorArray element of another shape')")
+    k = e.tmp()
+    e.stmt(f"for {k} in range({x}.shape[0]):")
+    e.stmt(f"    H.ta_write({e.args[0]}[0], {e.args[0]}[1], np.int64({k}), {x}[{k}], {dynamic})")
+    return ["np.float32(0.0)"]
+
+
+@lowering("TensorArrayConcat")
+def _ta_concat(e):
+    if not _local(e):
+        raise Unsupported("TensorArrayConcat of a TensorArray made outside the compiled code")
+    return [f"H.ta_concat({e.args[0]}[0], {e.args[0]}[1])"]
+
+
 @lowering("TensorArrayWrite")
 def _ta_write(e):
     h, i, v = e.args[:3]
