@@ -30,6 +30,7 @@ from dfc.runtime.partition import route
 from dfc.runtime.rendezvous import Aborted, Coordinator
 
 POLL_SECONDS = 0.05
+SETTLE_SECONDS = 10.0    # after an abort, how long the chief waits for the step's runs to end (_settle)
 _steps = itertools.count(1)
 
 
@@ -159,6 +160,7 @@ class ClusterStep:
         """Wait for every part of the step; return the error to raise, or None."""
         import ray
         pending = dict(refs)
+        self._pending, self._local_thread = pending, local_thread     # (_settle, after an abort)
         last = None
         while pending or (local_thread is not None and local_thread.is_alive()):
             if pending:
@@ -256,7 +258,23 @@ class ClusterStep:
                     pass
         if self.coord is not None:
             self.coord.abort("error")
+        self._settle()
         return error
+
+    def _settle(self):
+        """After an abort: wait (at most SETTLE_SECONDS) until the step's runs on the live tasks and on the
+        chief have ended, so nothing of the failed step runs on once the caller sees its error (a cancelled
+        step's dequeue must not take an element enqueued after the step raised)."""
+        import ray
+        refs = [r for r, task in getattr(self, "_pending", {}).items() if task not in self.dead]
+        if refs:
+            try:
+                ray.wait(refs, num_returns=len(refs), timeout=SETTLE_SECONDS)
+            except Exception:   # noqa: BLE001 — a task that died meanwhile has ended too
+                pass
+        thread = getattr(self, "_local_thread", None)
+        if thread is not None:
+            thread.join(SETTLE_SECONDS)
 
     def _node_on(self, task):
         """A node of the dead task's partitions (the first one the step needed from it)."""
