@@ -9,6 +9,10 @@ from dfc.ir.graph import Node
 from dfc.runtime.executor import HEAVY_ELEMENTS
 from tests.runtime.test_compiled import _signature
 
+# the root program runs host kernels (on a GPU, or DFC_TEST_DEVICE's strict double, the scheduler does):
+# these tests of when it is used keep cpu:0 as the default device
+pytestmark = pytest.mark.host_devices("the root frame's generated code runs on the host")
+
 
 def _program(s, g):
     return s.plan(*_signature(g)).root_program
