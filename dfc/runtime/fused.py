@@ -123,16 +123,8 @@ class FrameProgram:
         for c in children:
             child_programs[c] = self._new_name("frame")
             self._emit_frame(c, child_programs[c], depth)
-        # items: ordinary nodes of this frame plus one item per child frame
-        items, producer = [], {}
-        for i in members:
-            if p.kind[i] in (ENTER, EXIT) or i in merges or i in switches or p.kind[i] == NEXT:
-                continue
-            items.append(("node", i))
-        for c in children:
-            items.append(("frame", c))
-            for e in p.frame_exits[c]:
-                producer[e] = ("frame", c)
+        items, producer = self._items([i for i in members if not (p.kind[i] in (ENTER, EXIT, NEXT) or i in merges
+                                                                 or i in switches)], children)
         deps = {}
         for it in items:
             deps[it] = set()
@@ -164,6 +156,16 @@ class FrameProgram:
             order, chains = gpu_fusion.group(self, order, deps, body, maybe_dead, producer, inplace)
         self._gen(FrameAnalysis(fid, fname, enters, merges, switches, exits, lc, order, body, maybe_dead,
                                 producer, child_programs, tagged, inplace, chains))
+
+    def _items(self, nodes, children):
+        """(items, producer): ("node", i) per ordinary node and ("frame", c) per child frame; producer maps
+        each child frame's Exit to its frame item."""
+        items, producer = [("node", i) for i in nodes], {}
+        for c in children:
+            items.append(("frame", c))
+            for e in self.plan.frame_exits[c]:
+                producer[e] = ("frame", c)
+        return items, producer
 
     def _child_frames(self, fid):
         return self.index.children[fid]

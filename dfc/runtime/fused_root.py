@@ -51,12 +51,7 @@ class RootProgram(FrameProgram):
         for c in children:
             if c not in p.programs:
                 raise NotFusable(f"loop frame {p.frame_names[c]} runs on the general path")
-        items = [("node", i) for i in members]
-        producer = {}
-        for c in children:
-            items.append(("frame", c))
-            for e in p.frame_exits[c]:
-                producer[e] = ("frame", c)
+        items, producer = self._items(members, children)
         deps = {}
         for it in items:
             deps[it] = {producer[s] if s in producer else ("node", s) for s in self._item_inputs(it)

@@ -261,7 +261,7 @@ def compile_root(plan, root, index, policy=True):
 
 
 def explain_root(plan, ran_plans=()):
-    """How a run of `plan` (built with fuse=True) goes as a whole: {"status": "compiled" (one numba function,
+    """How a run of `plan` (built with fuse=True, compile_loops=False) goes as a whole: {"status": "compiled" (one numba function,
     root.py) | "fused" (the root frame's generated Python calling each loop frame) | "scheduled" (the
     tagged-frame scheduler runs the root), "blocked_by", "reason", "source", "compile_seconds"}."""
     from dfc.runtime.compiled.codegen import Blocked
@@ -270,8 +270,6 @@ def explain_root(plan, ran_plans=()):
     if rp is None:
         out["reason"] = getattr(plan, "root_reason", None) or "the run is not fused"
         return out
-    if isinstance(rp, CompiledFrame):
-        rp = rp.prog
     from dfc.runtime.fused import FrameIndex
     compiled = compile_root(plan, rp, FrameIndex(plan)) if available() else rp
     if isinstance(compiled, CompiledFrame):

@@ -68,6 +68,12 @@ class Type:
             raise Unsupported(f"{what} has an unknown rank")
         self.dtype, self.shape, self.ndim = ttype.dtype, ttype.shape, len(ttype.shape)
 
+    def with_shape(self, shape):
+        """This Type with another shape (same dtype; the rank follows the shape)."""
+        t = object.__new__(Type)
+        t.dtype, t.ndim, t.shape = self.dtype, len(shape), tuple(shape)
+        return t
+
     def default(self):
         """A placeholder of this type for a dead value."""
         if self.dtype == "resource":
@@ -173,26 +179,35 @@ class FrameSource:
                 f"def run({''.join(x + ', ' for x in params)}K, LP, R):"]
         self.source = "\n".join(head + self.hoisted() + body + [f"    return ({''.join(o + ', ' for o in outs)})", ""])
 
+    def handle_users(self, i):
+        """(node, input slot) of each use of the resource handle node i outputs (its output 0), followed
+        through nested-frame Enters and both outputs of cond Switches."""
+        p = self.plan
+        out, todo, seen = [], [(i, p.out_edges[i][:1])], set()
+        while todo:
+            j, ports = todo.pop()
+            if j in seen:
+                continue
+            seen.add(j)
+            for port in ports:
+                for dst, slot in port:
+                    if p.kind[dst] in (SWITCH, ENTER) and slot == 0:
+                        todo.append((dst, p.out_edges[dst]))
+                    else:
+                        out.append((dst, slot))
+        return out
+
     def _resource_use(self, enter):
         """How the frame uses the resource handle entering at `enter` (through nested-frame Enters and cond
         Switches): (use, element Type) with use one of RESOURCE_USES; one kind of use per handle."""
         p = self.plan
-        uses, todo, seen = set(), [enter], set()
-        while todo:
-            i = todo.pop()
-            if i in seen:
-                continue
-            seen.add(i)
-            for port in p.out_edges[i]:
-                for dst, slot in port:
-                    op = p.nodes[dst].op
-                    if p.kind[dst] in (SWITCH, ENTER) and slot == 0:
-                        todo.append(dst)
-                    elif slot == 0 and op in _USE_OF:
-                        uses.add((op, dst))
-                    else:
-                        raise Blocked(p.nodes[dst].name, f"{op} takes a resource handle (lowered: stacks, "
-                                      "TensorArray writes or reads, Variable reads and assigns)")
+        uses = set()
+        for dst, slot in self.handle_users(enter):
+            op = p.nodes[dst].op
+            if slot != 0 or op not in _USE_OF:
+                raise Blocked(p.nodes[dst].name, f"{op} takes a resource handle (lowered: stacks, "
+                              "TensorArray writes or reads, Variable reads and assigns)")
+            uses.add((op, dst))
         kinds = {_USE_OF[op] for op, _ in uses}
         if len(kinds) != 1:
             raise Blocked(p.nodes[enter].name, f"a resource used as {' and '.join(sorted(kinds))} in one frame"

@@ -238,16 +238,25 @@ def ta_write(items, written, i, v, dynamic):
 
 
 @njit(cache=True, nogil=True)
-def ta_stack(items, written):
-    """The elements (arrays of one shape, all written) stacked along a new first axis."""
-    n = len(items)
+def _all_written(written):
+    """The number of elements of a TensorArray made in compiled code, once each is checked written; an empty
+    one raises (the fused path replays the run: the kernel's zeros of the element shape)."""
+    n = len(written)
     if n == 0:
-        raise ValueError("stack of an empty TensorArray")     # the kernel's zeros of the element shape
-    first = items[0]
-    out = np.empty((n,) + first.shape, first.dtype)
+        raise ValueError("an empty TensorArray")
     for k in range(n):
         if not written[k]:
             raise ValueError("TensorArray element read before it was written")
+    return n
+
+
+@njit(cache=True, nogil=True)
+def ta_stack(items, written):
+    """The elements (arrays of one shape, all written) stacked along a new first axis."""
+    n = _all_written(written)
+    first = items[0]
+    out = np.empty((n,) + first.shape, first.dtype)
+    for k in range(n):
         if items[k].shape != first.shape:
             raise ValueError("TensorArray elements of different shapes")
         out[k] = items[k]
@@ -257,13 +266,9 @@ def ta_stack(items, written):
 @njit(cache=True, nogil=True)
 def ta_stack_scalars(items, written):
     """The scalar elements (all written) as a 1-D array."""
-    n = len(items)
-    if n == 0:
-        raise ValueError("stack of an empty TensorArray")
+    n = _all_written(written)
     out = np.empty(n, type(items[0]))
     for k in range(n):
-        if not written[k]:
-            raise ValueError("TensorArray element read before it was written")
         out[k] = items[k]
     return out
 
@@ -271,14 +276,10 @@ def ta_stack_scalars(items, written):
 @njit(cache=True, nogil=True)
 def ta_concat(items, written):
     """The elements (arrays of one rank, all written, equal but in their first axis) joined along it."""
-    n = len(items)
-    if n == 0:
-        raise ValueError("concat of an empty TensorArray")     # the kernel's zeros of the element shape
+    n = _all_written(written)
     first = items[0]
     rows = 0
     for k in range(n):
-        if not written[k]:
-            raise ValueError("TensorArray element read before it was written")
         if items[k].shape[1:] != first.shape[1:]:
             raise ValueError("TensorArray elements of different shapes")
         rows += items[k].shape[0]

@@ -23,8 +23,6 @@ frames compiled one by one cost what they cost anyway. $DFC_COMPILE_ROOT=0 turns
 import os
 
 from dfc.runtime.compiled.codegen import Analyses, Blocked, FrameSource
-from dfc.runtime.compiled.codegen import Type  # noqa: F401 — (Type of the values here)
-from dfc.runtime.fused import ENTER, SWITCH
 
 MAX_LINES = 2000
 ENABLED = os.environ.get("DFC_COMPILE_ROOT", "1") not in ("0", "false", "no", "off")
@@ -80,42 +78,32 @@ class RootSource(FrameSource):
         """The element Type of the TensorArray node i makes, from its writes, reads and stacks (through
         Enters and cond Switches); Blocked if it is used any other way."""
         p = self.plan
-        ts, todo, seen = {}, [i], set()
-        while todo:
-            j = todo.pop()
-            if j in seen:
+        ts = {}
+        for dst, slot in self.handle_users(i):
+            op = p.nodes[dst].op
+            if slot != 0 or op not in ("TensorArrayWrite", "TensorArrayRead", "TensorArraySize",
+                                       "TensorArrayStack", "TensorArrayUnstack", "TensorArrayConcat"):
+                raise Blocked(p.nodes[dst].name, f"{op} takes a TensorArray handle (lowered for one made "
+                              "in the compiled code: write, read, size, stack, unstack, concat)")
+            if op == "TensorArrayWrite":
+                t = self._type(*p.ins[dst][2], "written value")
+            elif op == "TensorArrayConcat":
+                t = self._type(dst, 0, "concatenated value")
+                if t.ndim == 0:
+                    raise Blocked(p.nodes[dst].name, "a concat of scalars")
+            elif op == "TensorArrayUnstack":
+                s = self._type(*p.ins[dst][1], "unstacked value")
+                if s.ndim == 0:
+                    raise Blocked(p.nodes[dst].name, "an unstack of a scalar")
+                t = s.with_shape(s.shape[1:])
+            elif op == "TensorArrayRead":
+                t = self._type(dst, 0, "read value")
+            elif op == "TensorArrayStack":
+                s = self._type(dst, 0, "stacked value")
+                t = s.with_shape(s.shape[1:])
+            else:
                 continue
-            seen.add(j)
-            for dst, slot in p.out_edges[j][0]:
-                op = p.nodes[dst].op
-                if p.kind[dst] in (SWITCH, ENTER) and slot == 0:
-                    todo.append(dst)
-                    continue
-                if slot != 0 or op not in ("TensorArrayWrite", "TensorArrayRead", "TensorArraySize",
-                                           "TensorArrayStack", "TensorArrayUnstack", "TensorArrayConcat"):
-                    raise Blocked(p.nodes[dst].name, f"{op} takes a TensorArray handle (lowered for one made "
-                                  "in the compiled code: write, read, size, stack, unstack, concat)")
-                if op == "TensorArrayWrite":
-                    t = self._type(*p.ins[dst][2], "written value")
-                elif op == "TensorArrayConcat":
-                    t = self._type(dst, 0, "concatenated value")
-                    if t.ndim == 0:
-                        raise Blocked(p.nodes[dst].name, "a concat of scalars")
-                elif op == "TensorArrayUnstack":
-                    s = self._type(*p.ins[dst][1], "unstacked value")
-                    if s.ndim == 0:
-                        raise Blocked(p.nodes[dst].name, "an unstack of a scalar")
-                    t = object.__new__(type(s))
-                    t.dtype, t.ndim, t.shape = s.dtype, s.ndim - 1, s.shape[1:]
-                elif op == "TensorArrayRead":
-                    t = self._type(dst, 0, "read value")
-                elif op == "TensorArrayStack":
-                    s = self._type(dst, 0, "stacked value")
-                    t = object.__new__(type(s))
-                    t.dtype, t.ndim, t.shape = s.dtype, s.ndim - 1, s.shape[1:]
-                else:
-                    continue
-                ts[(t.dtype, t.ndim)] = t
+            ts[(t.dtype, t.ndim)] = t
         if len(ts) != 1:
             raise Blocked(p.nodes[i].name, "a TensorArray of values of different types" if ts else
                           "a TensorArray whose elements the compiled code never sees")
@@ -125,25 +113,13 @@ class RootSource(FrameSource):
         """The element Type of the gradient stack StackV2 node i makes (what its pushes push and its pops
         pop, through Enters and cond Switches): one dtype and rank."""
         p = self.plan
-        ts, todo, seen = {}, [i], set()
-        while todo:
-            j = todo.pop()
-            if j in seen:
-                continue
-            seen.add(j)
-            for port in p.out_edges[j]:
-                for dst, slot in port:
-                    op = p.nodes[dst].op
-                    if p.kind[dst] in (SWITCH, ENTER) and slot == 0:
-                        todo.append(dst)
-                    elif op == "StackPush" and slot == 0:
-                        t = self._type(*p.ins[dst][1], "pushed value")
-                        ts[(t.dtype, t.ndim)] = t
-                    elif op == "StackPop" and slot == 0:
-                        t = self._type(dst, 0, "popped value")
-                        ts[(t.dtype, t.ndim)] = t
-                    else:
-                        raise Blocked(p.nodes[dst].name, f"{op} takes a stack handle")
+        ts = {}
+        for dst, slot in self.handle_users(i):
+            op = p.nodes[dst].op
+            if slot != 0 or op not in ("StackPush", "StackPop"):
+                raise Blocked(p.nodes[dst].name, f"{op} takes a stack handle")
+            t = self._type(*p.ins[dst][1], "pushed value") if op == "StackPush" else self._type(dst, 0, "popped value")
+            ts[(t.dtype, t.ndim)] = t
         if len(ts) != 1:
             raise Blocked(p.nodes[i].name, "a stack of values of different types" if ts else "an unused stack")
         return ts.popitem()[1]

@@ -281,13 +281,6 @@ def _step(e, op, args, ins, out, **attrs):
     return v
 
 
-def _with_shape(t, shape):
-    """Type t with another shape (of the same dtype)."""
-    n = object.__new__(type(t))
-    n.dtype, n.ndim, n.shape = t.dtype, len(shape), tuple(shape)
-    return n
-
-
 @lowering("Softmax", "LogSoftmax")
 def _softmax(e):
     # the kernel's steps: z = x - max(x, axis, keepdims); exp(z) / sum(exp(z)) or z - log(sum(exp(z)))
@@ -295,7 +288,7 @@ def _softmax(e):
     if t.ndim == 0:
         raise Unsupported("softmax of a scalar")
     axis = e.node.attrs.get("axis", -1) % t.ndim
-    k = _with_shape(t, [1 if j == axis else s for j, s in enumerate(t.shape)])
+    k = t.with_shape([1 if j == axis else s for j, s in enumerate(t.shape)])
     m = _step(e, "Max", [x], [t], k, axis=axis, keepdims=True)
     z = _step(e, "Sub", [x, m], [t, k], t)
     ez = _step(e, "Exp", [z], [t], t)
