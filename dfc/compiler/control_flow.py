@@ -531,6 +531,8 @@ def _body_outputs(b, call, ctx, types, oflat):
             t = capture(convert(v), ctx, b, call.loc)
         else:
             t = _const_in(b, ctx, v, types.dtypes[k] if is_weak(v) else None)
+        if not _iterates(b, ctx, t.node):
+            t = _in_iteration(b, ctx, t)
         if t.dtype != types.dtypes[k]:
             if not (call.weak[k] and _widens(types.dtypes[k], t.dtype)):
                 raise DfcTypeError(f"{call.labels[k]} changes dtype from {types.dtypes[k]} to {t.dtype} in "
@@ -546,6 +548,36 @@ def _body_outputs(b, call, ctx, types, oflat):
     if settled.key() != types.key():
         raise _Retrace(settled)
     return outs
+
+
+def _iterates(b, ctx, name):
+    """Whether node `name` of the loop body runs once per iteration: it depends (by data or control, through
+    the body's nodes) on the Identities of the loop variables. A value computed only from constant Enters
+    (the loop's inputs from outside) does not: passed to NextIteration as it is, it would also be live after
+    the loop's last iteration."""
+    idents = {t.node for t in ctx.identities}
+    stack, seen = [name], {name}
+    while stack:
+        n = stack.pop()
+        if n in idents:
+            return True
+        node = b.graph.nodes[n]
+        if node.op == "Enter":
+            continue
+        for r in node.inputs:
+            src = r.lstrip("^").split(":")[0]
+            if src not in seen:
+                seen.add(src)
+                stack.append(src)
+    return False
+
+
+def _in_iteration(b, ctx, t):
+    """t (a loop-invariant value of the body) as an Identity run once per iteration (under the pivot)."""
+    out = b.make1("Identity", (t,), ctx=ctx, control=[ctx.pivot.node],
+                  name=b.unique(f"{ctx.frame_name}_invariant"))
+    out.ttype, out.weak = t.ttype, getattr(t, "weak", False)
+    return out
 
 
 def _exit(b, call, ctx, types, weak):

@@ -318,8 +318,11 @@ class Session:
         sig = self.graph.signature
         fetches = [leaf["ref"] for leaf in structure.leaves(sig.get("outputs"))]
         feeds = {i["node"] for i in sig.get("inputs", [])}
-        return Plan(self.graph, fetches, feeds, tuple(sig.get("targets", [])), fuse=True,
-                    parallel_iterations=self.parallel_iterations)
+        targets = tuple(sig.get("targets", []))
+        graph = self.graph
+        if self.placement is None and folding.ENABLED:      # the graph the run compiles, as _make_plan folds it
+            graph, _ = folding.fold(graph, feeds | {parse_input(f)[0] for f in fetches} | set(targets))
+        return Plan(graph, fetches, feeds, targets, fuse=True, parallel_iterations=self.parallel_iterations)
 
     def memory_stats(self):
         """device -> {"in_use", "peak", "capacity"} for every device that accounts bytes."""

@@ -636,3 +636,30 @@ def test_a_weak_loop_variable_that_met_a_float32_is_float32_after_the_loop():
         return s * np.float32(0.5)  # a weak int meets float32: float32
 
     assert count(np.int64(4)).dtype == np.float32
+
+
+# ------------------------------------------------------------------ loop-invariant values carried by a loop
+def test_a_loop_variable_assigned_a_loop_invariant_value(all_modes):
+    """A body that sets a variable from values that do not change in the loop (`y = x + x`, `y = x`,
+    `y = max(x, x)`) runs as Python does: y is the invariant after at least one iteration, its first value
+    after none; the gradient of y matches (2 for x + x after an iteration, 1 before)."""
+    def f(x, n):
+        i = 0
+        y, z, w = x, x * 3.0, x - 1.0
+        while i < n:
+            y = x + x
+            z = x
+            w = np.maximum(x, 0.5) if isinstance(x, np.ndarray) else dfc.maximum(x, 0.5)
+            i += 1
+        return y, z, w
+    same_as_python(f, (np.array([1.0, -2.0]), np.int64(0)), (np.array([1.0, -2.0]), np.int64(3)),
+                   all_modes=all_modes)
+
+    def g(x, n):
+        i, y = dfc.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, x + x), (0, x))
+        return y, dfc.gradients(dfc.reduce_sum(y), x)
+    gg = dfc.trace(g, dfc.TensorSpec([2], "float64"), dfc.TensorSpec([], "int64"))
+    for n, slope in ((0, 1.0), (1, 2.0), (4, 2.0)):
+        y, dx = all_modes(gg, np.array([1.0, -2.0]), np.int64(n))
+        np.testing.assert_array_equal(y, np.array([1.0, -2.0]) * slope)
+        np.testing.assert_array_equal(dx, [slope, slope])

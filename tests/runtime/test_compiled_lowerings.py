@@ -301,3 +301,40 @@ def test_stacks_of_large_elements_cross_one_by_one(monkeypatch):
     got = _runs_compiled(g, args, 2)
     for a, b in zip(want, got):
         np.testing.assert_array_equal(a, b)
+
+
+def test_maximum_minimum_and_their_reductions_give_numpys_bits():
+    """Compiled code compares where numpy's loops would be called (math_lower._minmax_probe): maximum,
+    minimum, relu, clip and max/min reductions, scalars and arrays, fused or not, with signed zeros, NaNs of
+    either sign and with a payload, and infinities, give the fused path's bits exactly (sign of zero and
+    which NaN included), float32, float64 and int64."""
+    def f(x, y, n):
+        def body(i, a, b, c, d, e, m, r):   # (no arithmetic on the results: which NaN an add keeps is LLVM's)
+            xi, yi = x[i], y[i]
+            return (i + 1, dfc.maximum(x, y), dfc.minimum(y, x), dfc.relu(x), dfc.clip(y, -one, one),
+                    dfc.stack([dfc.reduce_max(x), dfc.reduce_min(y), dfc.maximum(xi, yi), dfc.minimum(xi, yi),
+                               dfc.relu(xi), dfc.reduce_max(dfc.maximum(x, yi))]),
+                    dfc.minimum(x + x, y), dfc.reduce_max(dfc.reshape(x, [2, -1])))
+        one = dfc.ones([], x.dtype)
+        z = dfc.zeros_like(x)
+        s = dfc.zeros([6], x.dtype)
+        return dfc.while_loop(lambda i, *_: i < n, body, (0, z, z, z, z, s, z, x[0]))[1:]
+    payload = np.array(0x7ff8000000000123, np.int64).view(np.float64)
+    vals = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -np.inf, np.inf, np.nan, -np.nan, payload, -payload, 0.5])
+    rng = np.random.default_rng(7)
+    for dtype in ("float64", "float32", "int64"):
+        g = dfc.trace(f, dfc.TensorSpec([12], dtype), dfc.TensorSpec([12], dtype), dfc.TensorSpec([], "int64"))
+        assert _status(g) == {"while": ("compiled", None)}
+        for trial in range(6):
+            v = vals if dtype != "int64" else np.array([0, -1, 3, 7, -9, 2, 2, 0, 5, -5, 1, 4])
+            x = rng.permutation(v).astype(dtype)
+            y = (rng.permutation(v) if trial % 2 else -x).astype(dtype)
+            if trial == 0 and dtype != "int64":
+                x, y = np.where(np.isnan(x), 0.0, x).astype(dtype), np.where(np.isnan(y), -0.0, y).astype(dtype)
+            for i in range(1, 12):
+                args = [x, y, np.int64(i)]
+                with np.errstate(all="ignore"):
+                    want = dfc.Session(g, compile_loops=False).call(*args)
+                    got = _runs_compiled(g, args, 1)
+                for a, b in zip(want, got):
+                    assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (dtype, trial, i, a, b)

@@ -140,6 +140,39 @@ def binary_s(LP, k, x, y):
 
 
 @njit(cache=True, nogil=True)
+def max_all(LP, k, x):
+    """np.max of flat x, compared here as numpy's loop compares (math_lower._minmax_probe); a NaN result
+    comes from numpy's reduce loop k, which decides which NaN's bits it keeps."""
+    n = x.size
+    if n == 0:
+        raise ValueError("zero-size array to a reduction operation maximum which has no identity")
+    r = x[0]
+    for i in range(1, n):
+        y = x[i]
+        if not (r > y or r != r):
+            r = y
+    if r != r and n > 1:
+        return P.reduce_all(LP, k, x, True, r)
+    return r
+
+
+@njit(cache=True, nogil=True)
+def min_all(LP, k, x):
+    """np.min of flat x (as max_all)."""
+    n = x.size
+    if n == 0:
+        raise ValueError("zero-size array to a reduction operation minimum which has no identity")
+    r = x[0]
+    for i in range(1, n):
+        y = x[i]
+        if not (r < y or r != r):
+            r = y
+    if r != r and n > 1:
+        return P.reduce_all(LP, k, x, True, r)
+    return r
+
+
+@njit(cache=True, nogil=True)
 def int_floordiv(a, b):
     """numpy's floor_divide of two integer scalars, b != 0 (checked before): floor semantics, and
     MIN // -1 wraps to MIN as numpy's does (no trap)."""

@@ -3,8 +3,12 @@
 Exact where numba is exact (integer and IEEE +, -, *, /, sqrt, comparisons: the same bits as numpy, also
 when numba computes a float32 scalar op in float64, since double rounding of these is harmless); through
 numpy's own loops (e.loop) for everything numpy computes with its own SIMD code or summation order
-(transcendentals, power, floor division, maximum/minimum and their signed zeros, reductions, matmul).
+(transcendentals, power, floor division, reductions, matmul). Maximum and minimum are compared in compiled
+code when numpy's loops on this machine give what the comparison gives (probed once: signed zeros and NaNs
+depend on numpy's SIMD code), else they too call numpy's loops.
 """
+import functools
+
 import numpy as np
 
 from dfc.runtime.kernels.lowering import Unsupported, lowering, scalar_type as st
@@ -37,6 +41,49 @@ def _native_binary(e):
     return [f"({a} {op} {b})"]
 
 
+def _minmax_probe():
+    """Whether numpy's maximum/minimum on this machine give, bit for bit, `a if a > b or a != a else b` (and
+    `<`) element by element (ties and signed zeros: b; a NaN: the NaN operand) for scalars and arrays of the
+    sizes its SIMD loops split into, and whether max/min reductions of NaN-free arrays give that comparison
+    folded from the first element. numpy's x86 loops do; another build may pick a zero's sign otherwise."""
+    vals = [0.0, -0.0, 1.0, -1.0, 2.5, np.inf, -np.inf, np.nan, -np.nan,
+            np.array(0x7ff8000000000123, np.int64).view(np.float64)]
+    rng = np.random.default_rng(0)
+    with np.errstate(all="ignore"):
+        for dt in (np.float32, np.float64):
+            v = np.array(vals, dt)
+            for n in (1, 2, 3, 7, 8, 9, 16, 17, 33, 64, 67):
+                a, b = rng.choice(v, n), rng.choice(v, n)
+                for uf, cmp in ((np.maximum, np.greater), (np.minimum, np.less)):
+                    if uf(a, b).tobytes() != np.where(cmp(a, b) | (a != a), a, b).tobytes():
+                        return False
+                    if uf(a[0], b[0]).tobytes() != (a[0] if cmp(a[0], b[0]) or a[0] != a[0] else b[0]).tobytes():
+                        return False
+                    x = rng.choice(v[:7], n)
+                    r = x[0]
+                    for y in x[1:]:
+                        r = r if cmp(r, y) else y
+                    red = np.max(x) if uf is np.maximum else np.min(x)
+                    if np.asarray(red).tobytes() != np.asarray(r).tobytes():
+                        return False
+    return True
+
+
+@functools.cache
+def minmax_native():
+    """_minmax_probe(), once per process (when a frame is first compiled)."""
+    return _minmax_probe()
+
+_MINMAX = {"Maximum": ">", "Minimum": "<"}
+
+
+def minmax_expr(op, dtype, a, b):
+    """numpy's maximum (op ">") or minimum ("<") of scalars a, b (names) of dtype, as compiled comparisons."""
+    if dtype in ("float32", "float64"):
+        return f"({a} if ({a} {op} {b} or {a} != {a}) else {b})"
+    return f"({a} if {a} {op} {b} else {b})"
+
+
 def loop_binary(e, ufunc, a, b):
     """numpy's loop of `ufunc` on inputs a, b (expressions of the node's input types) -> output expression."""
     out = e.outs[0]
@@ -63,7 +110,12 @@ def _loop_binary(e):
     if d in ("int32", "int64") and op == "Pow":
         e.stmt(f"if np.any(np.asarray({b}) < 0): raise ValueError('integers to negative integer powers')"
                if e.ins[1].ndim else f"if {b} < 0: raise ValueError('integers to negative integer powers')")
+    if op in _MINMAX and minmax_native() and e.outs[0].ndim == 0 and d in _MINMAX_DTYPES:
+        return [minmax_expr(_MINMAX[op], d, a, b)]
     return [loop_binary(e, _LOOP_BINARY[op], a, b)]
+
+
+_MINMAX_DTYPES = ("float32", "float64", "int32", "int64")
 
 
 def loop_unary(e, ufunc, x, ndim, dtype):
@@ -135,6 +187,9 @@ def elementwise(op, ins, out):
         return None if floats and out.dtype in _INT_RANGE else NATIVE     # (float -> int arrays: not lowered)
     if op in ("FloorDiv", "Mod") and not floats:
         return NATIVE           # the rank-0 lowering: checked integer division, element by element
+    if op in _MINMAX or op == "Relu":
+        if minmax_native() and d in _MINMAX_DTYPES:
+            return NATIVE       # the rank-0 lowering: compared, as numpy's loop does (_minmax_probe)
     if op in _LOOP_BINARY and op != "Pow" or op == "Pow" and floats:
         return Loop(_LOOP_BINARY[op], (d, d, out.dtype))
     if op in _LOOP_UNARY or op == "Sign":
@@ -151,6 +206,10 @@ def elementwise(op, ins, out):
 @lowering("Relu")
 def _relu(e):
     t = e.ins[0]
+    if t.ndim == 0 and minmax_native() and t.dtype in _MINMAX_DTYPES:
+        z = e.tmp()
+        e.stmt(f"{z} = {st(t.dtype)}(0)")
+        return [minmax_expr(">", t.dtype, e.args[0], z)]
     k = e.loop(np.maximum, (t.dtype, t.dtype, t.dtype))
     call = f"H.binary(LP, {k}, {_arr(e, 0)}, np.zeros(1, {st(t.dtype)}), {_proto(t.dtype)})"
     return [f"{call}[0]" if t.ndim == 0 else call]
@@ -241,6 +300,11 @@ def _reduce(e):
         shape = "(" + "".join(f"{s}, " for s in kept) + ")" if kept else None
         count = n
     r = e.tmp()
+    if out.ndim == 0 and first and minmax_native() and d in _MINMAX_DTYPES:
+        # compared in compiled code; numpy's loop gives a NaN result its bits (which NaN it keeps)
+        fn = "H.max_all" if op == "Max" else "H.min_all"
+        e.stmt(f"{r} = {fn}(LP, {kr}, {x if max(t.ndim, 1) == 1 else f'{x}.reshape({x}.size)'})")
+        return [r]
     if out.ndim == 0 and op != "Mean":      # one value: reduced into a scalar, nothing allocated
         e.stmt(f"{r} = P.reduce_all(LP, {kr}, {x}, {first}, {st(d)}({ident}))")
         return [r]
