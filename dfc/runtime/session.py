@@ -128,6 +128,7 @@ class Session:
             from dfc.runtime.trace import Trace
             self.trace = Trace()
         self.summary_dir, self.progress = summary_dir, progress
+        self._observes = None     # whether the graph has ops a summary writer or progress display serves
         self._summary = self._progress = None     # this run's summary writer and progress display
         self._plans = {}
         self._pool = None
@@ -222,6 +223,12 @@ class Session:
         """One run, observed: its summary writer and progress display are chosen as it starts (in the
         caller's thread); after it, summaries are flushed, the bars settle and the trace file is written."""
         from dfc.runtime.kernels import progress_kernels, summary_kernels
+        if self._observes is None:      # (looked up once: a writer and a display cost ~4 us a run)
+            self._observes = not {n.op for n in self.graph.nodes.values()}.isdisjoint(_OBSERVING_OPS)
+        if not self._observes and self.trace is None:
+            self._summary = self._progress = None
+            yield
+            return
         self._summary = summary_kernels.writer_for_run(self.summary_dir)
         self._progress = progress_kernels.display_for_run(self.progress)
         start = self.trace.now() if self.trace is not None else None
@@ -344,12 +351,16 @@ class Session:
 
     def run(self, fetches, feeds=None, targets=()):
         """Fetch a tensor ref ("node:port" or node name) or a nested structure of them."""
-        flat = [f if ":" in f else f + ":0" for f in nest.flatten(fetches)]
         feeds = {self._feed_name(k): v for k, v in (feeds or {}).items()}
         types = self.graph.infer_types()
         for name in list(feeds):
             t = types[name][0]
             feeds[name] = convert_input(feeds[name], t.dtype, t.shape, name)
+        return self._run(fetches, feeds, targets)
+
+    def _run(self, fetches, feeds, targets):
+        """run() with feeds checked and converted already: node name -> value."""
+        flat = [f if ":" in f else f + ":0" for f in nest.flatten(fetches)]
         if self.mode == "reference":
             with self._lock:
                 self.run_count += 1
@@ -422,9 +433,10 @@ class Session:
                                                 spec["name"])
         leaves = structure.leaves(sig.get("outputs"))
         refs = [leaf["ref"] for leaf in leaves]
-        return self.run(refs, feeds, targets=tuple(sig.get("targets", [])))
+        return self._run(refs, feeds, tuple(sig.get("targets", [])))     # (the feeds are converted above)
 
 
+_OBSERVING_OPS = ("SummaryScalar", "SummaryHistogram", "Progress")     # ops a run's writer or display serves
 _sessions = weakref.WeakKeyDictionary()     # graph -> the Session that runs `graph(...)` calls
 _sessions_lock = threading.Lock()
 
