@@ -338,3 +338,44 @@ def test_maximum_minimum_and_their_reductions_give_numpys_bits():
                     got = _runs_compiled(g, args, 1)
                 for a, b in zip(want, got):
                     assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (dtype, trial, i, a, b)
+
+
+def test_compiled_reshape_is_numpys_reshape():
+    """helpers.reshape (a view of a C-contiguous array, made in line) gives numpy's shapes, strides and
+    values, resolves one negative size as numpy does, raises where numpy raises, and shares the data."""
+    import itertools
+
+    from numba import njit
+
+    from dfc.runtime.compiled import helpers as H
+
+    @njit
+    def two(x, a, b):
+        return H.reshape(x, (a, b))
+
+    @njit
+    def one(x, a):
+        return H.reshape(x, a)
+
+    @njit
+    def expand(x):
+        return H.reshape(x, (1, x.shape[0], 1))
+
+    for x in (np.arange(12.0), np.arange(12, dtype=np.int32).reshape(3, 4), np.zeros(0), np.zeros((2, 0))):
+        for a, b in itertools.product([-3, -1, 0, 1, 2, 3, 4, 5, 6, 12], repeat=2):
+            try:
+                want = x.reshape(a, b)
+            except ValueError:
+                with pytest.raises(ValueError):
+                    two(x, a, b)
+                continue
+            got = two(x, a, b)
+            assert got.shape == want.shape and got.dtype == want.dtype and np.array_equal(got, want), (x.shape, a, b)
+            if want.size:
+                assert got.strides == want.strides
+        assert one(x, -1).shape == (x.size,) and one(x, x.size).shape == (x.size,)
+    x = np.arange(5.0)
+    assert expand(x).shape == (1, 5, 1) and expand(x).strides == (40, 8, 8)
+    v = two(x, 5, 1)
+    v[2, 0] = 99.0
+    assert x[2] == 99.0                 # a view, as numpy's reshape of a contiguous array

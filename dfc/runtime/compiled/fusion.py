@@ -132,7 +132,18 @@ class _Group:
         refs = list(self.leaves)
         shape, nd = f"{self.tag}s", out.ndim
         same = [x for x in refs if self.leaves[x][1].ndim == nd]    # (an input of lower rank is broadcast)
-        if len(same) == len(refs):          # the shape of the first input, unless they differ
+        if refs and nd == 1 and None not in out.shape and all(self.leaves[x][1].shape == out.shape for x in refs):
+            # one static shape (the types say so): the inputs are their own flat views, read as they are (a
+            # view chosen at run time would cost two atomic reference counts per input). Should the types be
+            # wrong, the group raises and the fused path replays the frame.
+            w(pad, f"{shape} = {refs[0]}.shape")
+            if len(refs) > 1:
+                w(pad, f"if {' or '.join(f'{x}.shape != {shape}' for x in refs[1:])}:")
+                w(pad, "    raise ValueError('operands of an elementwise group differ from their static shape')")
+            for ref in refs:
+                self.leaves[ref] = (ref, self.leaves[ref][1])
+            refs = []
+        elif len(same) == len(refs):        # the shape of the first input, unless they differ
             w(pad, f"{shape} = {same[0]}.shape")
             if len(refs) > 1:
                 w(pad, f"if {' or '.join(f'{x}.shape != {shape}' for x in refs[1:])}:")
@@ -151,7 +162,7 @@ class _Group:
         body = self._phase(pad)
         expr, kind, arr = self._elem(r, body)
         if kind == "buf":           # the root is a numpy loop's result: its buffer
-            result = f"{arr}.reshape({shape})" if nd > 1 else arr
+            result = f"H.reshape({arr}, {shape})" if nd > 1 else arr
         else:
             spare = [b for b, dt in body["bufs"] if dt == out.dtype]
             if spare:               # written in place into a buffer the loop reads element by element
@@ -160,7 +171,7 @@ class _Group:
                 res = f"{self.tag}r"
                 pre = [f"{res} = np.empty({self.n}, {st(out.dtype)})"]
             self._finish(body, [(res, expr)], pre)
-            result = f"{res}.reshape({shape})" if nd > 1 else res
+            result = f"H.reshape({res}, {shape})" if nd > 1 else res
         for block in self.phases:
             g.lines.extend(block)
         w(pad, f"v{r}_0 = {result}")

@@ -1,8 +1,82 @@
 """numba helpers the generated frame code calls (beside npcall's numpy-loop calls)."""
 import numpy as np
-from numba import njit, typed
+from numba import njit, typed, types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
 from dfc.runtime.compiled import npcall as P
+
+
+def reshape(x, shape):
+    """x.reshape(shape) in compiled code. numba's reshape calls a C helper (~30 ns, and two atomic reference
+    counts it cannot see through); a C-contiguous array is viewed with its new shape here, in line. shape:
+    an int or a tuple of ints, one of them -1 at most (numpy's meaning); a size that differs raises."""
+    return x.reshape(shape)
+
+
+@overload(reshape)
+def _reshape(x, shape):
+    if isinstance(shape, types.Integer):
+        return lambda x, shape: reshape(x, (shape,))
+    if not (isinstance(x, types.Array) and x.layout == "C" and isinstance(shape, types.BaseTuple)
+            and len(shape.types) and all(isinstance(t, types.Integer) for t in shape.types)):
+        return lambda x, shape: x.reshape(shape)
+
+    def impl(x, shape):
+        ok, v = _c_view(x, shape)
+        if not ok:
+            raise ValueError("cannot reshape an array into a shape of another size")
+        return v
+    return impl
+
+
+@intrinsic
+def _c_view(typingctx, x, shape):
+    """(whether shape fits x's size, x's C-contiguous data seen with that shape, one -1 resolved)."""
+    nd = len(shape.types)
+    view = x.copy(ndim=nd, layout="C")
+    sig = types.Tuple((types.boolean, view))(x, shape)
+
+    def codegen(context, builder, signature, args):
+        from numba.core.imputils import impl_ret_borrowed
+        from numba.np.arrayobj import make_array, populate_array
+        aryty, shty = signature.args
+        ary = make_array(aryty)(context, builder, args[0])
+        intp = context.get_value_type(types.intp)
+        zero, one = ir_const(intp, 0), ir_const(intp, 1)
+        dims = [context.cast(builder, v, t, types.intp)
+                for v, t in zip(cgutils.unpack_tuple(builder, args[1]), shty.types)]
+        size = ary.nitems
+        known, n_unknown = one, zero
+        for d in dims:
+            is_neg = builder.icmp_signed("<", d, zero)        # (numpy: any negative size is the unknown one)
+            known = builder.mul(known, builder.select(is_neg, one, d))
+            n_unknown = builder.add(n_unknown, builder.zext(is_neg, intp))
+        safe = builder.select(builder.icmp_signed("==", known, zero), one, known)
+        fill = builder.sdiv(size, safe)
+        dims = [builder.select(builder.icmp_signed("<", d, zero), fill, d) for d in dims]
+        total = one
+        for d in dims:
+            total = builder.mul(total, d)
+        ok = builder.icmp_signed("==", total, size)
+        ok = builder.and_(ok, builder.icmp_signed("<=", n_unknown, one))
+        ok = builder.and_(ok, builder.or_(builder.icmp_signed("==", n_unknown, zero),
+                                          builder.icmp_signed("!=", known, zero)))
+        strides, acc = [None] * nd, ary.itemsize
+        for k in range(nd - 1, -1, -1):
+            strides[k] = acc
+            acc = builder.mul(acc, builder.select(builder.icmp_signed("==", dims[k], zero), one, dims[k]))
+        out = make_array(view)(context, builder)
+        populate_array(out, data=ary.data, shape=dims, strides=strides, itemsize=ary.itemsize,
+                       meminfo=ary.meminfo, parent=ary.parent)
+        v = impl_ret_borrowed(context, builder, view, out._getvalue())
+        return context.make_tuple(builder, signature.return_type, [ok, v])
+    return sig, codegen
+
+
+def ir_const(t, v):
+    from llvmlite import ir
+    return ir.Constant(t, v)
 
 
 @njit(cache=True, nogil=True)
@@ -16,7 +90,7 @@ def broadcast(x, shape):
     if x.shape == shape:
         return x
     if x.size == 1:
-        return np.full(shape, x.reshape(1)[0])
+        return np.full(shape, reshape(x, 1)[0])
     return np.broadcast_to(x, shape).copy()
 
 
@@ -25,16 +99,16 @@ def flat(x, shape):
     """x (C-contiguous, of at most shape's rank) as a flat array of `shape`'s elements (fusion.py), copied
     only when it is broadcast."""
     if x.size == size_of(shape):
-        return x.reshape(x.size)
+        return reshape(x, x.size)
     b = np.broadcast_to(x, shape).copy()
-    return b.reshape(b.size)
+    return reshape(b, b.size)
 
 
 @njit(cache=True, nogil=True)
 def spread(x, shape):
     """x (C-contiguous, of lower rank than shape) broadcast to `shape`, as a flat copy (fusion.py)."""
     b = np.broadcast_to(x, shape).copy()
-    return b.reshape(b.size)
+    return reshape(b, b.size)
 
 
 @njit(cache=True, nogil=True)
@@ -50,7 +124,7 @@ def _operand(x, shape, n):
     """x flat, as a binary loop reads it for a result of `shape` (n elements): itself if it has n elements or
     one (stride 0), else a copy broadcast to `shape`."""
     if x.size == n or x.size == 1:
-        return x.reshape(x.size)
+        return reshape(x, x.size)
     return flat(x, shape)
 
 
@@ -69,8 +143,10 @@ def binary(LP, k, a, b, proto):
 @njit(cache=True, nogil=True)
 def unary(LP, k, a, proto):
     """numpy's unary loop k on array a; the result has proto's dtype."""
-    out = np.empty(a.shape, proto.dtype)
-    P.run(LP, k, (out.size,), (a.ctypes.data, out.ctypes.data), (a.itemsize, out.itemsize))
+    # (a is read before the allocation, so numba's reference counts of it cancel; the caller keeps it alive)
+    shape, pa, step = a.shape, P.address(a), a.itemsize
+    out = np.empty(shape, proto.dtype)
+    P.run(LP, k, (out.size,), (pa, P.address(out)), (step, out.itemsize))
     return out
 
 
@@ -79,7 +155,7 @@ def reduce3(LP, kr, kb, x, pre, n, post, first, ident):
     """x viewed as (pre, n, post) reduced over n, as a flat (pre * post) array, in numpy's order: a run
     along the last axis (post == 1) by the loop in reduce mode (numpy's pairwise sum), otherwise one
     elementwise step per slice in order. Starts from `ident`, or (first=True: max, min) the first slice."""
-    flat = x.reshape(x.size)
+    flat = reshape(x, x.size)
     out = np.empty(pre * post, x.dtype)
     it = x.itemsize
     if first and n == 0:
@@ -207,7 +283,7 @@ def sum_to_shape(LP, kr, kb, x, shape, ident):
     for j in range(r):
         dims[j] = x.shape[lead + j]
         post *= dims[j]
-    y = x.reshape(x.size)
+    y = reshape(x, x.size)
     if lead:
         y = reduce3(LP, kr, kb, x, 1, n, post, False, ident)
     a, b = -1, -1
@@ -387,13 +463,13 @@ def list_to_rows(lst):
     shape (if not, the result is not filled)."""
     first = lst[0]
     out = np.empty((len(lst),) + first.shape, first.dtype)
-    flat = out.reshape(out.size)
+    flat = reshape(out, out.size)
     m = first.size
     for i in range(len(lst)):
         x = lst[i]
         if x.shape != first.shape:
             return out, False
-        xf = x.reshape(m)
+        xf = reshape(x, m)
         b = i * m
         for j in range(m):          # (an element loop LLVM vectorizes: slice assignment is ~4x slower)
             flat[b + j] = xf[j]

@@ -134,6 +134,21 @@ def call_reduce_loop(typingctx, fn, ctx, aux, init, ptr, n, stride):
     return sig, codegen
 
 
+@intrinsic
+def address(typingctx, arr):
+    """The address of arr's first element (arr.ctypes.data without the ctypes object, whose reference to the
+    array costs two atomic operations). Only for an array its caller keeps alive (an argument, or one used
+    after the call the address goes to): the address does not hold the array."""
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, signature, a):
+        from numba.np.arrayobj import make_array
+        ary = make_array(signature.args[0])(context, builder, a[0])
+        return builder.ptrtoint(ary.data, context.get_value_type(types.intp))
+    return types.intp(arr), codegen
+
+
 @njit(cache=True, nogil=True)
 def run(LP, k, dims, ptrs, steps):
     """Call loop k of LP (dims, ptrs, steps: tuples of intp, as numpy's strided loops take them)."""
@@ -157,13 +172,15 @@ def reduce_all(LP, k, x, first, ident):
     n = x.size
     if first and n == 0:
         raise ValueError("zero-size array to a reduction operation that has no identity")
-    flat = x.reshape(n)
-    init = flat[0] if first else ident
+    if first:
+        init = x.reshape(n)[0]
+    else:
+        init = ident
     start = 1 if first else 0
     if n - start <= 0:
         return init
     status, r = call_reduce_loop(LP[3 * k], LP[3 * k + 1], LP[3 * k + 2], init,
-                                 flat.ctypes.data + start * flat.itemsize, n - start, flat.itemsize)
+                                 address(x) + start * x.itemsize, n - start, x.itemsize)     # (x: the caller's)
     if status < 0:
         raise FloatingPointError("numpy loop failed")
     return r
@@ -194,8 +211,12 @@ def matmul(LP, k, a, b, ta, tb):
         m, kb, sb_m, sb_k = _core(b, not tb)
     if kk != kb:
         raise ValueError("matmul: inner dimensions differ")
-    out = np.empty(n * m, a.dtype)
-    run(LP, k, (1, n, kk, m), (a.ctypes.data, b.ctypes.data, out.ctypes.data),
-        (0, 0, 0, sa_n, sa_k, sb_k, sb_m, 0 if a.ndim == 1 else (it if b.ndim == 1 else m * it),
-         0 if b.ndim == 1 else it))
+    steps = (0, 0, 0, sa_n, sa_k, sb_k, sb_m, 0 if a.ndim == 1 else (it if b.ndim == 1 else m * it),
+             0 if b.ndim == 1 else it)
+    # a, b and LP are read before the allocation: their lives end before its error branch, so numba's
+    # reference counts of them cancel (four atomic operations a call otherwise); the caller keeps them alive
+    dt, pa, pb, fn, ctx, aux = a.dtype, address(a), address(b), LP[3 * k], LP[3 * k + 1], LP[3 * k + 2]
+    out = np.empty(n * m, dt)
+    if call_loop(fn, ctx, aux, (1, n, kk, m), (pa, pb, address(out)), steps) < 0:
+        raise FloatingPointError("numpy loop failed")
     return out

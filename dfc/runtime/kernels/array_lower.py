@@ -74,7 +74,7 @@ def _reshape(e):
         e.stmt(f"if {s}.size != 0 or {src}.size != 1: raise ValueError('cannot reshape')")
         return [f"{src}[0]"]
     e.stmt(f"if {s}.size != {out.ndim}: raise ValueError('cannot reshape')")
-    return [f"{src}.reshape({_dims(s, out.ndim)})"]
+    return [f"H.reshape({src}, {_dims(s, out.ndim)})"]
 
 
 @lowering("ExpandDims")
@@ -87,7 +87,7 @@ def _expand(e):
     x = f"np.full(1, {e.args[0]})" if t.ndim == 0 else e.args[0]
     dims = [f"{e.args[0]}.shape[{j}]" for j in range(t.ndim)]
     dims.insert(k, "1")
-    return [f"{x}.reshape(({''.join(d + ', ' for d in dims)}))"]
+    return [f"H.reshape({x}, ({''.join(d + ', ' for d in dims)}))"]
 
 
 def _index(e, spec, x, ndim, dyn):
@@ -182,7 +182,7 @@ def _sum_to_shape(e):
     r = f"H.sum_to_shape(LP, {kr}, {kb}, {x}, {s}, {st(d)}(0))"
     if out.ndim == 0:
         return [f"{r}[0]"]
-    return [f"{r}.reshape({_dims(s, out.ndim)})"]
+    return [f"H.reshape({r}, {_dims(s, out.ndim)})"]
 
 
 def _axis_of(e, ndim):
@@ -267,8 +267,8 @@ def _squeeze(e):
            f"raise ValueError('cannot squeeze an axis whose size is not 1')")
     keep = [f"{x}.shape[{j}]" for j in range(t.ndim) if j not in axes]
     if not keep:
-        return [f"{x}.reshape({x}.size)[0]"]
-    return [f"{x}.reshape(({''.join(k + ', ' for k in keep)}))"]
+        return [f"H.reshape({x}, {x}.size)[0]"]
+    return [f"H.reshape({x}, ({''.join(k + ', ' for k in keep)}))"]
 
 
 @lowering("RandomUniform", "RandomNormal")
@@ -294,4 +294,4 @@ def _one_hot(e):
     e.stmt(f"    if 0 <= {flat}[{k}] < {depth}:")
     e.stmt(f"        {r}[{k} * {depth} + {flat}[{k}]] = {on}")
     dims = "".join(f"{x}.shape[{d}], " for d in range(t.ndim))
-    return [f"{r}.reshape(({dims}{depth}, ))"]
+    return [f"H.reshape({r}, ({dims}{depth}, ))"]

@@ -27,8 +27,11 @@ def _arr(e, k):
     return e.args[k] if e.ins[k].ndim else f"np.full(1, {e.args[k]})"
 
 
-def _proto(dtype):
-    return f"np.empty(0, {st(dtype)})"
+def _proto(e, dtype):
+    """An empty 1-D array of dtype, which tells a helper its result's dtype (made once per compiled function)."""
+    t = e.outs[0].with_shape((0,))
+    t.dtype = dtype
+    return e.gen.dead_value(t)
 
 
 @lowering(*_NATIVE_BINARY)
@@ -92,7 +95,7 @@ def loop_binary(e, ufunc, a, b):
     if out.ndim == 0 and out.dtype == d:
         return f"H.binary_s(LP, {k}, {a}, {b})"
     call = f"H.binary(LP, {k}, {a if e.ins[0].ndim else f'np.full(1, {a})'}, " \
-           f"{b if e.ins[1].ndim else f'np.full(1, {b})'}, {_proto(out.dtype)})"
+           f"{b if e.ins[1].ndim else f'np.full(1, {b})'}, {_proto(e, out.dtype)})"
     return f"{call}[0]" if out.ndim == 0 else call
 
 
@@ -122,7 +125,7 @@ def loop_unary(e, ufunc, x, ndim, dtype):
     k = e.loop(ufunc, (dtype, dtype))
     if ndim == 0:
         return f"H.unary_s(LP, {k}, {x})"
-    return f"H.unary(LP, {k}, {x}, {_proto(dtype)})"
+    return f"H.unary(LP, {k}, {x}, {_proto(e, dtype)})"
 
 
 @lowering(*_LOOP_UNARY)
@@ -211,7 +214,7 @@ def _relu(e):
         e.stmt(f"{z} = {st(t.dtype)}(0)")
         return [minmax_expr(">", t.dtype, e.args[0], z)]
     k = e.loop(np.maximum, (t.dtype, t.dtype, t.dtype))
-    call = f"H.binary(LP, {k}, {_arr(e, 0)}, np.zeros(1, {st(t.dtype)}), {_proto(t.dtype)})"
+    call = f"H.binary(LP, {k}, {_arr(e, 0)}, np.zeros(1, {st(t.dtype)}), {_proto(e, t.dtype)})"
     return [f"{call}[0]" if t.ndim == 0 else call]
 
 
@@ -303,7 +306,7 @@ def _reduce(e):
     if out.ndim == 0 and first and minmax_native() and d in _MINMAX_DTYPES:
         # compared in compiled code; numpy's loop gives a NaN result its bits (which NaN it keeps)
         fn = "H.max_all" if op == "Max" else "H.min_all"
-        e.stmt(f"{r} = {fn}(LP, {kr}, {x if max(t.ndim, 1) == 1 else f'{x}.reshape({x}.size)'})")
+        e.stmt(f"{r} = {fn}(LP, {kr}, {x if max(t.ndim, 1) == 1 else f'H.reshape({x}, {x}.size)'})")
         return [r]
     if out.ndim == 0 and op != "Mean":      # one value: reduced into a scalar, nothing allocated
         e.stmt(f"{r} = P.reduce_all(LP, {kr}, {x}, {first}, {st(d)}({ident}))")
@@ -318,7 +321,7 @@ def _reduce(e):
         return [f"{r}[0]"]
     if shape is None:
         raise Unsupported("reduction output shape")
-    return [f"{r}.reshape({shape})"]
+    return [f"H.reshape({r}, {shape})"]
 
 
 @lowering("MatMul")
@@ -331,7 +334,7 @@ def _matmul(e):
     x, y = e.args
     flat = f"P.matmul(LP, {k}, {x}, {y}, {bool(ta)}, {bool(tb)})"
     if (a.ndim, b.ndim) == (2, 2):
-        return [f"{flat}.reshape(({x}.shape[{int(bool(ta))}], {y}.shape[{int(not tb)}]))"]
+        return [f"H.reshape({flat}, ({x}.shape[{int(bool(ta))}], {y}.shape[{int(not tb)}]))"]
     return [f"{flat}[0]" if e.outs[0].ndim == 0 else flat]      # (n,) or (m,): flat already
 
 
