@@ -259,3 +259,38 @@ def test_scan_and_map_fn_compile_whole(rank):
         np.testing.assert_array_equal(a, b)
     rp = _root(s, g)
     assert isinstance(rp, CompiledFrame) and rp.runs == {"compiled": 1, "fused": 0}, s.compiled_run()["reason"]
+
+
+def test_scalar_gradient_stacks_are_arrays_that_grow_and_give_the_reference_bits():
+    """A loop whose gradient needs scalars of every iteration (an adaptive step, a branch taken or not) keeps
+    them on stacks that are an array and a count in the compiled run (no typed List): they grow past their
+    first 16 elements, pushes under a cond pop in the gradient's cond, and the results are the reference
+    interpreter's and match finite differences."""
+    from dfc.runtime.compiled import CompiledFrame
+
+    def f(x, n):
+        def body(i, y, h):
+            h = dfc.minimum(h * 1.1, 0.5)
+            y = dfc.cond(dfc.reduce_sum(y) > 0.0, lambda: y - h * dfc.sin(y), lambda: y + h * y * y)
+            return i + 1, y, h
+        _, y, _ = dfc.while_loop(lambda i, y, h: i < n, body, (0, x, dfc.constant(np.float64(0.01))))
+        loss = dfc.reduce_sum(y * y)
+        return loss, dfc.gradients(loss, x)
+    g = dfc.trace(f, dfc.TensorSpec([3], "float64"), dfc.TensorSpec([], "int64"))
+    x = np.array([0.3, -0.2, 0.4])
+    for n in (0, 5, 40):
+        want = run_all_modes(g, x, np.int64(n))
+        s = dfc.Session(g, compile_loops=True, num_threads=0)
+        got = s.call(x, np.int64(n))
+        rp = _root(s, g)
+        assert isinstance(rp, CompiledFrame) and rp.runs == {"compiled": 1, "fused": 0}
+        assert "H.grow(S" in rp.source          # scalar stacks: an array and a count
+        for a, b in zip(dfc.nest.flatten(got), dfc.nest.flatten(want)):
+            np.testing.assert_array_equal(a, b)
+    eps, s, fd = 1e-6, dfc.Session(g), np.zeros(3)
+    for j in range(3):
+        hi, lo = x.copy(), x.copy()
+        hi[j] += eps
+        lo[j] -= eps
+        fd[j] = (s.call(hi, np.int64(40))[0] - s.call(lo, np.int64(40))[0]) / (2 * eps)
+    np.testing.assert_allclose(got[1], fd, rtol=1e-5, atol=1e-8)

@@ -216,6 +216,14 @@ def binary_s(LP, k, x, y):
 
 
 @njit(cache=True, nogil=True)
+def grow(b):
+    """b's elements in an array twice its size (a stack of scalars that is full: state_lower.py)."""
+    out = np.empty(max(2 * b.size, 16), b.dtype)
+    out[:b.size] = b
+    return out
+
+
+@njit(cache=True, nogil=True)
 def max_all(LP, k, x):
     """np.max of flat x, compared here as numpy's loop compares (math_lower._minmax_probe); a NaN result
     comes from numpy's reduce loop k, which decides which NaN's bits it keeps."""

@@ -4,8 +4,8 @@ The fused path runs the root frame as one generated Python function (dfc/runtime
 each loop frame's program; this is that function as machine code. `run(e0, ..., K, LP, R)` takes the feeds
 (in RootProgram.enters order) and returns the fetched values followed by one dead flag each; the loop
 frames become nested `while True` blocks, as codegen.FrameSource nests a frame's inner loops. A gradient
-stack created at the root (StackV2) is a local typed List here: the forward loop appends, the gradient
-loop pops, and nothing crosses to Python between them (a frame compiled alone gets the stack's elements
+stack created at the root (StackV2) is local here (a typed List, or for scalars an array and a count): the
+forward loop pushes, the gradient loop pops, and nothing crosses to Python between them (a frame compiled alone gets the stack's elements
 copied in and out on each call, resources.py).
 
 So is a TensorArray made at the root (not an accumulating one, a gradient's): a pair of typed Lists, its
@@ -45,6 +45,7 @@ class RootSource(FrameSource):
         for c in a.child_programs:
             self.an.update(Analyses(plan, c, index).by_fid)
         self.ta_writers, self.frame_chain, self.resources = [], [], {}
+        self._stack_owner = None
         self.enter_types = [self._type(i, 0, "feed") for i in root.enters]
         self.exit_types = [self._type(i, port, "fetch") for i, port in plan.fetches]
         for (i, _), t in zip(plan.fetches, self.exit_types):
@@ -108,6 +109,24 @@ class RootSource(FrameSource):
             raise Blocked(p.nodes[i].name, "a TensorArray of values of different types" if ts else
                           "a TensorArray whose elements the compiled code never sees")
         return ts.popitem()[1]
+
+    def scalar_stack(self, i):
+        """The StackV2 node whose stack push or pop node i works on (i itself for a StackV2), when that
+        stack holds scalars (an array and a count: state_lower.py), else None."""
+        if self._stack_owner is None:
+            self._stack_owner = {}
+            for j, node in enumerate(self.plan.nodes):
+                if node.op != "StackV2":
+                    continue
+                try:
+                    if self.stack_type(j).ndim != 0:
+                        continue
+                except Blocked:         # (its own lowering says why)
+                    continue
+                self._stack_owner[j] = j
+                for dst, _ in self.handle_users(j):
+                    self._stack_owner[dst] = j
+        return self._stack_owner.get(i)
 
     def stack_type(self, i):
         """The element Type of the gradient stack StackV2 node i makes (what its pushes push and its pops

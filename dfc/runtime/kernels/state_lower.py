@@ -5,7 +5,8 @@ numba cannot hold the Python objects themselves (a Stack, a TensorArrayStore wit
 gradient sums, a VariableResource in its container with its lock), so compiled code gets a typed stand-in
 per handle (dfc/runtime/compiled/codegen.py RESOURCE_USES; dfc/runtime/compiled/__init__.py builds it
 before the frame and applies its effects after the compiled code succeeded):
-- a stack: a typed List of its elements (push appends, pop takes the last);
+- a stack: a typed List of its elements (push appends, pop takes the last); one made in the compiled
+  code (a whole run, compiled/root.py) holding scalars: an array and a count;
 - a TensorArray the frame writes: a write log (writer, index, the writer's iteration counters, value),
   written to the store afterwards with the keys the fused path uses, so gradient sums come out the same;
 - a TensorArray the frame reads: its elements, which it can read, and its size;
@@ -19,7 +20,21 @@ def _stack_new(e):
     stack_type = getattr(e.gen, "stack_type", None)     # a stack made in the compiled code (compiled/root.py)
     if stack_type is None:
         raise Unsupported("a stack made inside a loop frame")
-    return [f"H.empty_list({stack_type(e.gen.plan.index[e.node.name]).default()})"]
+    i = e.gen.plan.index[e.node.name]
+    t = stack_type(i)
+    if e.gen.scalar_stack(i) is not None:
+        # a stack of scalars: an array and a count, locals of the compiled function that its pushes and pops
+        # name directly (a typed List costs a C call and ~5 atomic reference counts a push or pop)
+        e.stmt(f"S{i}_b = np.empty(16, {st(t.dtype)})")
+        e.stmt(f"S{i}_n = 0")
+        return ["np.int64(0)"]
+    return [f"H.empty_list({t.default()})"]
+
+
+def _scalar_stack(e):
+    """The StackV2 node whose scalar stack push or pop e works on (its locals S<node>_b, S<node>_n), or None."""
+    of = getattr(e.gen, "scalar_stack", None)
+    return None if of is None else of(e.gen.plan.index[e.node.name])
 
 
 @lowering("StackPush")
@@ -27,6 +42,12 @@ def _push(e):
     h, x = e.ins
     if h.dtype != "resource" or x.dtype == "resource":
         raise Unsupported("StackPush of a resource handle")
+    i = _scalar_stack(e)
+    if i is not None:
+        e.stmt(f"if S{i}_n == S{i}_b.size: S{i}_b = H.grow(S{i}_b)")
+        e.stmt(f"S{i}_b[S{i}_n] = {e.args[1]}")
+        e.stmt(f"S{i}_n += 1")
+        return [e.args[1]]
     e.stmt(f"{e.args[0]}.append({e.args[1]})")
     return [e.args[1]]
 
@@ -35,6 +56,13 @@ def _push(e):
 def _pop(e):
     if e.outs[0].dtype == "resource":
         raise Unsupported("StackPop of a resource handle")
+    i = _scalar_stack(e)
+    if i is not None:
+        v = e.tmp()
+        e.stmt(f"if S{i}_n == 0: raise IndexError('pop from an empty stack')")
+        e.stmt(f"S{i}_n -= 1")
+        e.stmt(f"{v} = S{i}_b[S{i}_n]")
+        return [v]
     e.stmt(f"if len({e.args[0]}) == 0: raise IndexError('pop from an empty stack')")
     return [f"{e.args[0]}.pop()"]
 
