@@ -224,32 +224,17 @@ def grow(b):
 
 
 @njit(cache=True, nogil=True)
-def max_all(LP, k, x):
-    """np.max of flat x, compared here as numpy's loop compares (math_lower._minmax_probe); a NaN result
-    comes from numpy's reduce loop k, which decides which NaN's bits it keeps."""
+def extreme_all(LP, k, x, largest):
+    """np.max (largest) or np.min of flat x, compared here as numpy's loop compares
+    (math_lower._minmax_probe); a NaN result comes from numpy's reduce loop k, which decides which NaN's
+    bits it keeps."""
     n = x.size
     if n == 0:
-        raise ValueError("zero-size array to a reduction operation maximum which has no identity")
+        raise ValueError("zero-size array to a reduction operation that has no identity")
     r = x[0]
     for i in range(1, n):
         y = x[i]
-        if not (r > y or r != r):
-            r = y
-    if r != r and n > 1:
-        return P.reduce_all(LP, k, x, True, r)
-    return r
-
-
-@njit(cache=True, nogil=True)
-def min_all(LP, k, x):
-    """np.min of flat x (as max_all)."""
-    n = x.size
-    if n == 0:
-        raise ValueError("zero-size array to a reduction operation minimum which has no identity")
-    r = x[0]
-    for i in range(1, n):
-        y = x[i]
-        if not (r < y or r != r):
+        if not ((r > y if largest else r < y) or r != r):
             r = y
     if r != r and n > 1:
         return P.reduce_all(LP, k, x, True, r)

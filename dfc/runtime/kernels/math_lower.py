@@ -305,8 +305,8 @@ def _reduce(e):
     r = e.tmp()
     if out.ndim == 0 and first and minmax_native() and d in _MINMAX_DTYPES:
         # compared in compiled code; numpy's loop gives a NaN result its bits (which NaN it keeps)
-        fn = "H.max_all" if op == "Max" else "H.min_all"
-        e.stmt(f"{r} = {fn}(LP, {kr}, {x if max(t.ndim, 1) == 1 else f'H.reshape({x}, {x}.size)'})")
+        e.stmt(f"{r} = H.extreme_all(LP, {kr}, {x if max(t.ndim, 1) == 1 else f'H.reshape({x}, {x}.size)'}, "
+               f"{op == 'Max'})")
         return [r]
     if out.ndim == 0 and op != "Mean":      # one value: reduced into a scalar, nothing allocated
         e.stmt(f"{r} = P.reduce_all(LP, {kr}, {x}, {first}, {st(d)}({ident}))")
