@@ -10,6 +10,7 @@ from dfc import config, nest
 from dfc.errors import DfcError, DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.ir.dtypes import TType
+from dfc.ir.graph import parse_input
 from dfc.ir.loops import LoopBuilder
 from dfc.compiler.tracing import Tensor, capture, convert, current_builder, is_weak, const_array, \
     user_location
@@ -565,7 +566,7 @@ def _iterates(b, ctx, name):
         if node.op == "Enter":
             continue
         for r in node.inputs:
-            src = r.lstrip("^").split(":")[0]
+            src = parse_input(r)[0]
             if src not in seen:
                 seen.add(src)
                 stack.append(src)

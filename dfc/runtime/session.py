@@ -182,9 +182,7 @@ class Session:
         kw = dict(parallel_iterations=self.parallel_iterations, fuse=self.fuse_loops, memory_limit=self.memory_limit,
                   overlap=self._num_threads > 0, compile_loops=self.compile_loops)
         if self.placement is None:
-            graph = self.graph
-            if self.fuse_loops and folding.ENABLED:     # the unfused paths run the graph as it is
-                graph, _ = folding.fold(graph, set(feed_names) | {parse_input(f)[0] for f in fetches} | set(targets))
+            graph = self._folded(fetches, feed_names, targets) if self.fuse_loops else self.graph
             return Plan(graph, fetches, feed_names, targets, **kw)
         from dfc.runtime import partition as pt
         sub = pt.prune(self.graph, [parse_input(f)[0] for f in fetches], targets, feed_names)
@@ -326,10 +324,16 @@ class Session:
         fetches = [leaf["ref"] for leaf in structure.leaves(sig.get("outputs"))]
         feeds = {i["node"] for i in sig.get("inputs", [])}
         targets = tuple(sig.get("targets", []))
-        graph = self.graph
-        if self.placement is None and folding.ENABLED:      # the graph the run compiles, as _make_plan folds it
-            graph, _ = folding.fold(graph, feeds | {parse_input(f)[0] for f in fetches} | set(targets))
+        graph = self._folded(fetches, feeds, targets) if self.placement is None else self.graph    # as _make_plan
         return Plan(graph, fetches, feeds, targets, fuse=True, parallel_iterations=self.parallel_iterations)
+
+    def _folded(self, fetches, feed_names, targets):
+        """The graph a single-device fused run executes: constants folded (folding.py), its feeds, fetches and
+        targets kept as they are. The unfused paths run the graph as written."""
+        if not folding.ENABLED:
+            return self.graph
+        keep = set(feed_names) | {parse_input(f)[0] for f in fetches} | set(targets)
+        return folding.fold(self.graph, keep)[0]
 
     def memory_stats(self):
         """device -> {"in_use", "peak", "capacity"} for every device that accounts bytes."""
