@@ -1,5 +1,6 @@
 """numba helpers the generated frame code calls (beside npcall's numpy-loop calls)."""
 import numpy as np
+from llvmlite import ir
 from numba import njit, typed, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
@@ -43,7 +44,7 @@ def _c_view(typingctx, x, shape):
         aryty, shty = signature.args
         ary = make_array(aryty)(context, builder, args[0])
         intp = context.get_value_type(types.intp)
-        zero, one = ir_const(intp, 0), ir_const(intp, 1)
+        zero, one = ir.Constant(intp, 0), ir.Constant(intp, 1)
         dims = [context.cast(builder, v, t, types.intp)
                 for v, t in zip(cgutils.unpack_tuple(builder, args[1]), shty.types)]
         size = ary.nitems
@@ -72,11 +73,6 @@ def _c_view(typingctx, x, shape):
         v = impl_ret_borrowed(context, builder, view, out._getvalue())
         return context.make_tuple(builder, signature.return_type, [ok, v])
     return sig, codegen
-
-
-def ir_const(t, v):
-    from llvmlite import ir
-    return ir.Constant(t, v)
 
 
 @njit(cache=True, nogil=True)

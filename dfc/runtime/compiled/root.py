@@ -5,14 +5,13 @@ each loop frame's program; this is that function as machine code. `run(e0, ..., 
 (in RootProgram.enters order) and returns the fetched values followed by one dead flag each; the loop
 frames become nested `while True` blocks, as codegen.FrameSource nests a frame's inner loops. A gradient
 stack created at the root (StackV2) is local here (a typed List, or for scalars an array and a count): the
-forward loop pushes, the gradient loop pops, and nothing crosses to Python between them (a frame compiled alone gets the stack's elements
-copied in and out on each call, resources.py).
+forward loop pushes, the gradient loop pops, and nothing crosses to Python between them (a frame compiled
+alone gets the stack's elements copied in and out on each call, resources.py).
 
 So is a TensorArray made at the root (not an accumulating one, a gradient's): a pair of typed Lists, its
 elements and which are written: written, read, sized, stacked, unstacked and concatenated with the kernels'
-checks (an error replays the run on
-the fused path, which names the node). A root with anything else holding state (Variables, queues,
-prints, gathers and scatters of TensorArrays) is blocked: it runs as
+checks (an error replays the run on the fused path, which names the node). A root with anything else
+holding state (Variables, queues, prints, gathers and scatters of TensorArrays) is blocked: it runs as
 the fused root program, each loop frame compiled on its own. So is a root whose code is longer than
 MAX_LINES: numba's compile time grows faster than the code (LLVM optimizes one function as a whole; a
 training step's 700 lines take ~25 s, an ODE integrator's gradient 1 500 lines ~30 s, a graph of many

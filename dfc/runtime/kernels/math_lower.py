@@ -77,7 +77,9 @@ def minmax_native():
     """_minmax_probe(), once per process (when a frame is first compiled)."""
     return _minmax_probe()
 
+
 _MINMAX = {"Maximum": ">", "Minimum": "<"}
+_MINMAX_DTYPES = ("float32", "float64", "int32", "int64")
 
 
 def minmax_expr(op, dtype, a, b):
@@ -116,9 +118,6 @@ def _loop_binary(e):
     if op in _MINMAX and minmax_native() and e.outs[0].ndim == 0 and d in _MINMAX_DTYPES:
         return [minmax_expr(_MINMAX[op], d, a, b)]
     return [loop_binary(e, _LOOP_BINARY[op], a, b)]
-
-
-_MINMAX_DTYPES = ("float32", "float64", "int32", "int64")
 
 
 def loop_unary(e, ufunc, x, ndim, dtype):

@@ -107,9 +107,7 @@ def _ta_unstack(e):
     if es is not None:
         if len(es) != t.ndim - 1:
             raise Unsupported("a TensorArray unstacked from a value of another rank than its elements")
-        for k, d in enumerate(es):
-            if d is not None:
-                e.stmt(f"if {x}.shape[{k + 1}] != {d}: raise ValueError('TensorArray element of another shape')")
+        _check_element_shape(e, x, es, 1)
     k = e.tmp()
     e.stmt(f"for {k} in range({x}.shape[0]):")
     e.stmt(f"    H.ta_write({e.args[0]}[0], {e.args[0]}[1], np.int64({k}), {x}[{k}], {dynamic})")
@@ -134,9 +132,7 @@ def _ta_write(e):
         if es is not None:
             if len(es) != t.ndim:
                 raise Unsupported("a TensorArray written a value of another rank than its elements")
-            for k, d in enumerate(es):
-                if d is not None:
-                    e.stmt(f"if {v}.shape[{k}] != {d}: raise ValueError('TensorArray element of another shape')")
+            _check_element_shape(e, v, es, 0)
         e.stmt(f"H.ta_write({h}[0], {h}[1], np.int64({i}), {v}, {dynamic})")
         return ["np.float32(0.0)"]
     g = e.gen
@@ -146,6 +142,14 @@ def _ta_write(e):
         e.stmt(f"{h}[0].append({x})")
     e.stmt(f"{h}[1].append({v})")
     return ["np.float32(0.0)"]          # the flow (state_kernels.FLOW)
+
+
+def _check_element_shape(e, x, es, first):
+    """Statements raising when x's axes from `first` on differ from the TensorArray's element_shape es
+    (None: any size)."""
+    for k, d in enumerate(es):
+        if d is not None:
+            e.stmt(f"if {x}.shape[{k + first}] != {d}: raise ValueError('TensorArray element of another shape')")
 
 
 def _ta_attrs(e, k):
