@@ -86,8 +86,14 @@ class Type:
 class Emit:
     """What a lowering sees of one node (see dfc/runtime/kernels/lowering.py)."""
 
-    def __init__(self, gen, node, args, ins, outs, ind):
+    def __init__(self, gen, node, args, ins, outs, ind, index=None):
         self.gen, self.node, self.args, self.ins, self.outs, self.ind = gen, node, args, ins, outs, ind
+        self.index = index      # the node's index in the plan (None: a step of a composite lowering)
+
+    def buffer(self):
+        """A buffer the node's output 0 may be written into instead of a new array (its name, a flat
+        C-contiguous array of the output's static size), or None: buffers.py says when."""
+        return None if self.index is None else self.gen.buffers.get(self.index, self.outs[0])
 
     def stmt(self, line):
         self.gen.lines.append(self.ind + line)
@@ -147,8 +153,10 @@ class FrameSource:
         self.lift_dummies = {}         # gradient lift Merge -> its dummy Const inputs (see _lifted)
         self.objmode = False           # a lowering calls back into Python (Emit.kernel_call)
         self.exits_may_die = {}        # fid -> whether its Exits may be dead
+        from dfc.runtime.compiled.buffers import LoopBuffers
         from dfc.runtime.compiled.fusion import Fusion
         self.fusion = Fusion(self)     # elementwise groups: one flat loop each (fusion.py)
+        self.buffers = LoopBuffers(self)    # a loop's temporaries (buffers.py)
         from dfc.runtime.fused import NotFusable
         try:
             self.an = Analyses(plan, fid, index).by_fid
@@ -326,6 +334,7 @@ class FrameSource:
             w(ind, f"x{a.fid}_{k} = v{m}_0")
             w(ind, f"dx{a.fid}_{k} = False")
         w(ind, f"it{a.fid} = np.int64(0)")       # the iteration (the fused path's tag), for TensorArray writes
+        self.buffers.open(a, ind)
         w(ind, "while True:")
         ind2 = ind + "    "
         self.frame_chain.append(a.fid)
@@ -363,6 +372,7 @@ class FrameSource:
         if a.merges:
             w(ind2, f"{''.join(f'v{m}_0, ' for m in a.merges)}= {''.join(x + ', ' for x in nexts)}")
         w(ind2, f"it{a.fid} += 1")
+        self.buffers.close()
         self.frame_chain.pop()
 
     def _item(self, it, a, ind):
@@ -464,7 +474,7 @@ class FrameSource:
             for k in range(max(nout, 1)):
                 self.flagged.add((i, k))
                 w(pad, f"d{i}_{k} = False")
-        e = Emit(self, node, args, ins, outs, pad)
+        e = Emit(self, node, args, ins, outs, pad, i)
         try:
             exprs = low(e)
         except Unsupported as err:

@@ -169,7 +169,10 @@ class _Group:
                 res, pre = spare[0], []
             else:
                 res = f"{self.tag}r"
-                pre = [f"{res} = np.empty({self.n}, {st(out.dtype)})"]
+                buf = g.buffers.get(r, out)     # a loop's temporary: its buffer (buffers.py)
+                pre = [f"{res} = np.empty({self.n}, {st(out.dtype)})"] if buf is None else \
+                    [f"{res} = {buf}", f"if {res}.shape[0] != {self.n}:",
+                     "    raise ValueError('an elementwise group differs from its static shape')"]
             self._finish(body, [(res, expr)], pre)
             result = f"H.reshape({res}, {shape})" if nd > 1 else res
         for block in self.phases:
@@ -239,7 +242,12 @@ class _Group:
             steps.append(f"{arr}.itemsize")
         if dst is None:
             dst = g.fresh("b")
-            pre.append(f"{dst} = np.empty({self.n}, {st(spec.dtypes[-1])})")
+            t = g._type(i, 0, "output")
+            buf = g.buffers.get(i, t) if i == self.root and spec.post is None and t.dtype == spec.dtypes[-1] \
+                else None           # the group's result, a loop's temporary: its buffer (buffers.py)
+            pre += [f"{dst} = np.empty({self.n}, {st(spec.dtypes[-1])})"] if buf is None else \
+                [f"{dst} = {buf}", f"if {dst}.shape[0] != {self.n}:",
+                 "    raise ValueError('an elementwise group differs from its static shape')"]
         self._finish(sub, stores, pre)
         self.phases.append([f"{ph['ind']}P.run(LP, {k}, ({self.n},), ({''.join(x + ', ' for x in ptrs)}"
                             f"{dst}.ctypes.data, ), ({''.join(x + ', ' for x in steps)}{dst}.itemsize, ))"])

@@ -1,0 +1,137 @@
+"""Buffers for a compiled loop's temporaries (dfc/runtime/compiled/buffers.py): a matrix product or an
+elementwise group whose value is only read within its iteration is written into one buffer allocated when
+the loop starts. Every value something keeps past its iteration — a loop variable (also through a view,
+also one carried unchanged for an iteration), a TensorArray element, a value pushed for the gradient, a
+value entering a nested loop — still gets an array of its own: were any of them a buffer, the next
+iteration would overwrite it and these results would differ from the reference interpreter's."""
+import numpy as np
+import pytest
+
+import dfc
+from tests.compiledtools import _no_compile_budget  # noqa: F401 (autouse fixture)
+from tests.conftest import run_all_modes
+
+pytestmark = pytest.mark.host_devices("numba-compiled code is CPU machine code")
+pytest.importorskip("numba")
+
+
+def _leapfrog(q0, p0, W, n):
+    """HMC's inner loop: products and groups read within the step (buffers), positions and momenta carried."""
+    q, p = q0, p0
+    i = 0
+    while i < n:
+        g = dfc.matmul(W, q) + q * q * q                      # W @ q: read by the group only
+        p = p - 0.1 * g
+        q = q + 0.1 * p
+        i += 1
+    e = 0.0
+    for t in range(n):                                         # a reduction of a product to one value
+        e += dfc.reduce_sum(q * dfc.matmul(W, q)) * 0.5 + dfc.cast(t, "float64")
+    return q, p, e
+
+
+def _kept(q0, W, n):
+    """Values kept past their iteration, each of which a buffer would corrupt."""
+    q, prev, acc = q0, q0, dfc.zeros_like(q0)
+    ta = dfc.TensorArray("float64", size=n)
+    i = 0
+    while i < n:
+        prev, q = q, dfc.matmul(W, q)                          # q's old value carried one more iteration
+        v = dfc.reshape(dfc.matmul(W, dfc.expand_dims(prev, 1)), [-1])     # a view that is carried
+        ta = ta.write(i, dfc.matmul(W, v))                     # a TensorArray element
+        acc = v
+        j = 0
+        w = dfc.matmul(W, acc)                                 # read by a nested loop
+        while j < n:
+            acc = acc + w * 0.25
+            j += 1
+        i += 1
+    return q, prev, acc, ta.stack()
+
+
+def _rnn_loss(W, h0, n):
+    """z = W @ h is pushed for the gradient of z * z (and read by the group): not a buffer."""
+    h, loss = h0, 0.0
+    for _ in range(n):
+        z = dfc.matmul(W, h)
+        loss += dfc.reduce_sum(z * z)
+        h = dfc.tanh(z)
+    return loss, dfc.gradients(loss, W)
+
+
+def _inputs(seed=0, d=4):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(d), rng.standard_normal(d), rng.standard_normal((d, d)) * 0.4
+
+
+def _compiled(g, args):
+    """The results of a session that ran the whole program as compiled code (no fused replay), and its source."""
+    from dfc.runtime.compiled import CompiledFrame
+    s = dfc.Session(g, compile_loops=True, num_threads=0)
+    got = s.call(*args)
+    rp = [p.root_program for p in s._plans.values()][0]
+    assert isinstance(rp, CompiledFrame) and rp.runs == {"compiled": 1, "fused": 0}, getattr(rp, "runs", rp)
+    return got, rp.source
+
+
+def _same(a, b):
+    for x, y in zip(dfc.nest.flatten(a), dfc.nest.flatten(b), strict=True):
+        assert np.asarray(x).dtype == np.asarray(y).dtype
+        np.testing.assert_array_equal(x, y)
+
+
+def test_temporaries_of_a_loop_are_buffers_and_the_results_are_the_reference_bits():
+    q0, p0, W = _inputs()
+    for n in (5, 1, 0):
+        args = (q0, p0, W, np.int64(n))
+        g = dfc.function(_leapfrog).trace(*args)
+        want = run_all_modes(g, *args)
+        got, src = _compiled(g, args)
+        _same(got, want)
+        # the leapfrog's W @ q and the second loop's product and group are written into buffers
+        assert src.count("P.matmul_into(") == 2 and "P.matmul(" not in src, src
+        assert src.count("= np.empty(4, np.float64)") >= 3
+    # against plain numpy
+    q, p = q0, p0
+    for _ in range(5):
+        p = p - 0.1 * (W @ q + q * q * q)
+        q = q + 0.1 * p
+    np.testing.assert_allclose(run_all_modes(g, q0, p0, W, np.int64(5))[0], q, rtol=1e-12)
+
+
+def test_values_kept_past_their_iteration_are_never_buffers():
+    q0, _, W = _inputs(1)
+    for n in (4, 1):
+        args = (q0, W, np.int64(n))
+        g = dfc.function(_kept).trace(*args)
+        want = run_all_modes(g, *args)
+        got, src = _compiled(g, args)
+        _same(got, want)
+        assert "P.matmul_into(" not in src and src.count("P.matmul(") == 4, src
+    # against plain numpy
+    q, prev, acc, rows = q0, q0, np.zeros(4), []
+    for _ in range(4):
+        prev, q = q, W @ q
+        v = W @ prev
+        rows.append(W @ v)
+        acc = v
+        w = W @ acc
+        for _ in range(4):
+            acc = acc + w * 0.25
+    for x, y in zip(run_all_modes(g, q0, W, np.int64(4)), (q, prev, acc, np.stack(rows))):
+        np.testing.assert_allclose(x, y, rtol=1e-12)
+
+
+def test_a_product_pushed_for_the_gradient_is_not_a_buffer():
+    _, h0, W = _inputs(2)
+    args = (W, h0, np.int64(6))
+    g = dfc.function(_rnn_loss).trace(*args)
+    want = run_all_modes(g, *args)
+    got, _ = _compiled(g, args)
+    _same(got, want)
+    s, eps, slope = dfc.Session(g), 1e-6, np.zeros_like(W)
+    for idx in np.ndindex(*W.shape):
+        d = np.zeros_like(W)
+        d[idx] = eps
+        slope[idx] = (s.call(W + d, h0, np.int64(6))[0] - s.call(W - d, h0, np.int64(6))[0]) / (2 * eps)
+    np.testing.assert_allclose(want[1], slope, rtol=1e-6, atol=1e-7)
