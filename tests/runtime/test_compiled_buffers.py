@@ -15,19 +15,25 @@ pytestmark = pytest.mark.host_devices("numba-compiled code is CPU machine code")
 pytest.importorskip("numba")
 
 
-def _leapfrog(q0, p0, W, n):
-    """HMC's inner loop: products and groups read within the step (buffers), positions and momenta carried."""
+def _leapfrog(q0, p0, W, n, m):
+    """HMC's loops: products and groups read within a leapfrog step (buffers), positions and momenta carried
+    from step to step (two buffers each), the last position kept across samples and written out."""
     q, p = q0, p0
-    i = 0
-    while i < n:
-        g = dfc.matmul(W, q) + q * q * q                      # W @ q: read by the group only
-        p = p - 0.1 * g
-        q = q + 0.1 * p
-        i += 1
+    samples = dfc.TensorArray("float64", size=m)
+    for s in range(m):
+        p, qn = p0 * (dfc.cast(s, "float64") + 1.0), q
+        i = 0
+        while i < n:
+            g = dfc.matmul(W, qn) + qn * qn * qn                 # W @ qn: read by the group only
+            p = p - 0.1 * g
+            qn = qn + 0.1 * p
+            i += 1
+        q = qn
+        samples = samples.write(s, qn)
     e = 0.0
-    for t in range(n):                                         # a reduction of a product to one value
-        e += dfc.reduce_sum(q * dfc.matmul(W, q)) * 0.5 + dfc.cast(t, "float64")
-    return q, p, e
+    for t in range(n):                                         # reductions of a product and a power
+        e += dfc.reduce_sum(q * dfc.matmul(W, q)) * 0.5 + 0.25 * dfc.reduce_sum(q ** 4) + dfc.cast(t, "float64")
+    return q, p, e, samples.stack()
 
 
 def _kept(q0, W, n):
@@ -64,14 +70,18 @@ def _inputs(seed=0, d=4):
     return rng.standard_normal(d), rng.standard_normal(d), rng.standard_normal((d, d)) * 0.4
 
 
-def _compiled(g, args):
-    """The results of a session that ran the whole program as compiled code (no fused replay), and its source."""
+def _compiled(g, args, replayed=False):
+    """The results of a session that ran every frame as compiled code (no fused replay unless `replayed`),
+    and the source."""
     from dfc.runtime.compiled import CompiledFrame
     s = dfc.Session(g, compile_loops=True, num_threads=0)
     got = s.call(*args)
-    rp = [p.root_program for p in s._plans.values()][0]
-    assert isinstance(rp, CompiledFrame) and rp.runs == {"compiled": 1, "fused": 0}, getattr(rp, "runs", rp)
-    return got, rp.source
+    plan = list(s._plans.values())[0]
+    progs = [p for p in [plan.root_program, *plan.programs.values()] if isinstance(p, CompiledFrame)]
+    assert progs and all(p.runs["fused"] == 0 for p in progs) != replayed, [p.runs for p in progs]
+    if isinstance(plan.root_program, CompiledFrame):
+        return got, plan.root_program.source
+    return got, "".join(f["source"] for f in s.compiled_frames().values() if not f.get("nested"))
 
 
 def _same(a, b):
@@ -82,21 +92,29 @@ def _same(a, b):
 
 def test_temporaries_of_a_loop_are_buffers_and_the_results_are_the_reference_bits():
     q0, p0, W = _inputs()
-    for n in (5, 1, 0):
-        args = (q0, p0, W, np.int64(n))
+    for n, m in ((5, 3), (1, 2), (0, 1), (3, 0)):
+        args = (q0, p0, W, np.int64(n), np.int64(m))
         g = dfc.function(_leapfrog).trace(*args)
-        want = run_all_modes(g, *args)
-        got, src = _compiled(g, args)
+        want = run_all_modes(g, *args)       # (m = 0: the compiled run replays fused for the empty stack)
+        got, src = _compiled(g, args, replayed=m == 0)
         _same(got, want)
-        # the leapfrog's W @ q and the second loop's product and group are written into buffers
+        # the leapfrog's W @ qn, the second loop's product, group and power are written into buffers; the
+        # leapfrog's qn and p into two each, one per parity of the iteration
         assert src.count("P.matmul_into(") == 2 and "P.matmul(" not in src, src
-        assert src.count("= np.empty(4, np.float64)") >= 3
+        assert src.count("= np.empty(4, np.float64)") >= 8 and src.count(" % 2 == 0 else B") >= 2, src
     # against plain numpy
-    q, p = q0, p0
-    for _ in range(5):
-        p = p - 0.1 * (W @ q + q * q * q)
-        q = q + 0.1 * p
-    np.testing.assert_allclose(run_all_modes(g, q0, p0, W, np.int64(5))[0], q, rtol=1e-12)
+    q, rows = q0, []
+    for s in range(3):
+        p, qn = p0 * (s + 1.0), q
+        for _ in range(5):
+            p = p - 0.1 * (W @ qn + qn * qn * qn)
+            qn = qn + 0.1 * p
+        q = qn
+        rows.append(qn)
+    got = run_all_modes(g, q0, p0, W, np.int64(5), np.int64(3))
+    for x, y in zip(got, (q, p, None, np.stack(rows))):
+        if y is not None:
+            np.testing.assert_allclose(x, y, rtol=1e-12)
 
 
 def test_values_kept_past_their_iteration_are_never_buffers():

@@ -120,6 +120,23 @@ def test_tensor_array_in_loop_matches_numpy():
     np.testing.assert_allclose(cat, want.reshape(-1))
 
 
+
+def test_a_tensor_array_written_by_a_loop_that_ran_zero_times_stacks_to_zero_rows_of_the_element_shape():
+    # made without element_shape: the shape the traced writes give the elements is what an empty stack has
+    # (it used to give shape (0,) and the run failed: "the graph declares float32[?,2]")
+    def f(x):
+        ta = dfc.TensorArray("float32", size=0)
+        for i in range(dfc.shape(x)[0]):
+            ta = ta.write(i, x[i] * 2.0)
+        return ta.stack(), ta.gather(dfc.zeros([0], "int64")), ta.concat()
+
+    g = dfc.function(f).trace(dfc.TensorSpec([None, 2], "float32"))
+    for n in (3, 0):
+        x = np.arange(2 * n, dtype=np.float32).reshape(n, 2)
+        stacked, gathered, cat = run_all_modes(g, x)
+        assert stacked.shape == (n, 2) and gathered.shape == (0, 2) and cat.shape == (2 * n,)
+        np.testing.assert_array_equal(stacked, x * 2.0)
+
 def test_tensor_array_in_cond_and_unstack():
     def f(x, flag):
         ta = dfc.TensorArray("float32", size=3).unstack(x)

@@ -1,21 +1,26 @@
-"""Buffers for a loop's temporaries: an array made and read within one iteration is not allocated anew in
-every iteration but written into one buffer, allocated when the loop starts.
+"""Buffers for a loop's arrays: an array made and read within one iteration is not allocated anew in every
+iteration but written into one buffer, allocated when the loop starts; a loop variable's new value, read in
+its iteration and the next, into one of two, by the parity of the iteration.
 
 In a small-op loop (HMC's leapfrog step: two 8x8 matrix-vector products and four elementwise groups)
 each allocation costs numba's allocator call, its free, and the atomic reference counts of the new array
-and its views, about as much as the arithmetic. A value qualifies when
+and its views, about as much as the arithmetic. A value gets one buffer when
 
 * its node is an item of the loop frame being emitted (not of a loop nested in it, whose own start
   allocates its buffers), with a static shape (the buffer's size) and one array output;
-* every use of it, followed through the views made of it (Reshape, ExpandDims, Squeeze), is an op of
-  the same frame that reads it and keeps nothing of it: an elementwise group (whose loop reads its
+* every use of it, followed through the views made of it (Reshape, ExpandDims, Squeeze, Identity), is an
+  op of the same frame that reads it and keeps nothing of it: an elementwise group (whose loop reads its
   elements into another array), a MatMul (numpy's loop reads it), a reduction to one value.
 
-So no loop variable (a NextIteration input), Exit value, pushed gradient value, TensorArray element,
-Variable value, cond output (Switch, Merge) or value entering a nested loop is ever a buffer, and every
-reader of a buffer's value in iteration i has run before iteration i + 1 overwrites it. A loop entered
-again (a nested loop, once per outer iteration) allocates its buffers again, so values that left an
-earlier run of it are untouched.
+It gets two when, besides such reads, it is passed to the next iteration (one NextIteration), where the loop
+variable is only read in the same way or leaves the loop (Exit): iteration i writes buffer i % 2 while the
+value of iteration i - 1 is read from the other; when the loop stops, nothing writes either again.
+
+So no pushed gradient value, TensorArray element, Variable value, cond output (Switch, Merge), value
+entering a nested loop, or loop variable kept unchanged for another iteration is ever a buffer, and every
+reader of a buffer's value has run before the buffer is written again. A loop entered again (a nested
+loop, once per outer iteration) allocates its buffers again, so values that left an earlier run of it
+(its Exits) are untouched.
 
 The producers that write into a buffer: elementwise groups (fusion.py) and MatMul (math_lower.py,
 npcall.matmul_into). A size that differs from the static one at run time raises, and the fused path
@@ -24,10 +29,11 @@ replays the frame. $DFC_COMPILED_BUFFERS=0 turns buffers off (a benchmark's base
 import math
 import os
 
+from dfc.runtime.fused import EXIT, NEXT, SWITCH
 from dfc.runtime.kernels.lowering import scalar_type
 
 ENABLED = os.environ.get("DFC_COMPILED_BUFFERS", "1") != "0"
-VIEWS = frozenset({"Reshape", "ExpandDims", "Squeeze"})     # lowered as views of their input (H.reshape)
+VIEWS = frozenset({"Reshape", "ExpandDims", "Squeeze", "Identity", "StopGradient"})   # their input, or a view
 REDUCTIONS = frozenset({"Sum", "Prod", "Max", "Min", "All", "Any", "Mean"})
 
 
@@ -36,43 +42,63 @@ class LoopBuffers:
 
     def __init__(self, gen):
         self.gen = gen
-        self._open = []     # per loop frame being emitted: (its node items, line position, indentation, lines)
+        self._open = []     # per loop frame being emitted: (frame analysis, its node items, line position,
+                            # indentation, allocation lines)
 
     def open(self, a, ind):
         """Frame a's loop starts here (its `while True:` is the next line, at indentation ind)."""
         items = {it[1] for it in a.order if it[0] == "node"}
-        self._open.append((items, len(self.gen.lines), ind, []))
+        self._open.append((a, items, len(self.gen.lines), ind, []))
 
     def close(self):
         """Frame a's loop is emitted: its buffers are allocated just before it."""
-        _, pos, ind, lines = self._open.pop()
+        _, _, pos, ind, lines = self._open.pop()
         self.gen.lines[pos:pos] = [ind + x for x in lines]
 
     def get(self, i, t):
-        """The name of a buffer for node i's output 0 (Type t) in the innermost loop being emitted, or None
-        if the value does not qualify (see the module docstring)."""
+        """An expression for the buffer node i's output 0 (Type t) is written into in the innermost loop being
+        emitted, or None if the value does not qualify (see the module docstring)."""
         if not ENABLED or not self._open or t.ndim == 0 or t.dtype == "resource" or None in t.shape:
             return None
-        items, _, _, lines = self._open[-1]
-        if i not in items or len(self.gen.plan.out_edges[i]) != 1 or not self._only_read(i, items):
+        a, items, _, _, lines = self._open[-1]
+        if i not in items or len(self.gen.plan.out_edges[i]) != 1:
             return None
-        name = f"B{i}_"
-        lines.append(f"{name} = np.empty({math.prod(t.shape)}, {scalar_type(t.dtype)})")
-        return name
+        alloc = f"np.empty({math.prod(t.shape)}, {scalar_type(t.dtype)})"
+        uses = self.gen.plan.out_edges[i][0]
+        if all(self._reads(d, items) for d, _ in uses):
+            lines.append(f"B{i}_ = {alloc}")
+            return f"B{i}_"
+        if self._carried(uses, a, items):
+            lines += [f"B{i}_0 = {alloc}", f"B{i}_1 = {alloc}"]
+            return f"(B{i}_0 if it{a.fid} % 2 == 0 else B{i}_1)"
+        return None
 
-    def _only_read(self, i, items):
-        """Whether every use of node i's output 0 (through views) reads it within the iteration."""
+    def _reads(self, dst, items):
+        """Whether node dst only reads its input within the iteration (through views of it, their uses)."""
         p, fusion = self.gen.plan, self.gen.fusion
-        for dst, _ in p.out_edges[i][0]:
-            if dst not in items:
-                return False
-            op = p.nodes[dst].op
-            if dst in fusion.roots or dst in fusion.inline or op == "MatMul":
-                continue
-            if op in REDUCTIONS and all(self.gen._type(dst, k, "output").ndim == 0
-                                        for k in range(len(p.out_edges[dst]))):
-                continue
-            if op in VIEWS and len(p.out_edges[dst]) == 1 and self._only_read(dst, items):
-                continue
+        if dst not in items:
             return False
-        return True
+        op = p.nodes[dst].op
+        if dst in fusion.roots or dst in fusion.inline or op == "MatMul":
+            return True
+        if op in REDUCTIONS:
+            return all(self.gen._type(dst, k, "output").ndim == 0 for k in range(len(p.out_edges[dst])))
+        return op in VIEWS and len(p.out_edges[dst]) == 1 and all(self._reads(d, items) for d, _ in
+                                                                  p.out_edges[dst][0])
+
+    def _carried(self, uses, a, items):
+        """Whether a value with these uses is read within its iteration and passed to the next one, where it
+        is only read (or leaves the loop): two buffers, one per parity of the iteration."""
+        p = self.gen.plan
+        nexts = [d for d, _ in uses if p.kind[d] == NEXT]
+        if len(nexts) != 1 or not all(self._reads(d, items) for d, _ in uses if d != nexts[0]):
+            return False
+        merges = p.out_edges[nexts[0]][0]
+        if len(merges) != 1 or merges[0][0] not in a.merges:
+            return False
+        m = merges[0][0]
+        switch = p.out_edges[m][0]
+        if any(p.out_edges[m][1:]) or len(switch) != 1 or p.kind[switch[0][0]] != SWITCH:
+            return False
+        out_false, out_true = p.out_edges[switch[0][0]]
+        return all(p.kind[d] == EXIT for d, _ in out_false) and all(self._reads(d, items) for d, _ in out_true)

@@ -30,13 +30,13 @@ class GradTensorArrayStore(TensorArrayStore):
             return self.xp.zeros(es, self.dtype)
         raise DfcRuntimeError(f"gradient of TensorArray element {i}, which was never written")
 
-    def stack(self, xp, indices=None):
+    def stack(self, xp, indices=None, learned=None):
         if indices is None:
             indices = range(len(self))
         idx = list(indices) if isinstance(indices, range) else [int(i) for i in host(indices).reshape(-1)]
         vals = [self.read(i) for i in idx]
         if not vals:
-            es = self.element_shape
+            es = self.element_shape if self.element_shape is not None else learned
             return xp.zeros((0,) + tuple(0 if d is None else d for d in (es or ())), self.dtype)
         return xp.stack(vals)
 

@@ -333,7 +333,11 @@ def _matmul(e):
     x, y = e.args
     flat = f"P.matmul(LP, {k}, {x}, {y}, {bool(ta)}, {bool(tb)})"
     buf = e.buffer() if e.outs[0].ndim else None
-    if buf is not None:         # a loop's temporary: into its buffer (dfc/runtime/compiled/buffers.py)
+    if buf is not None:         # into a loop's buffer (dfc/runtime/compiled/buffers.py)
+        if not buf.isidentifier():
+            flat = e.tmp()
+            e.stmt(f"{flat} = {buf}")
+            buf = flat
         e.stmt(f"P.matmul_into(LP, {k}, {x}, {y}, {bool(ta)}, {bool(tb)}, {buf})")
         flat = buf
     if (a.ndim, b.ndim) == (2, 2):

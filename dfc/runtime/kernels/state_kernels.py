@@ -136,11 +136,13 @@ class TensorArrayStore:
             raise DfcRuntimeError(f"TensorArray index {i} read before it was written")
         return v.value() if self.accumulate else v
 
-    def stack(self, xp, indices=None):
+    def stack(self, xp, indices=None, learned=None):
+        """The elements (those at `indices`) stacked; none: zeros of shape (0, *element shape), the shape
+        the array was made with, or else the one `learned` from the writes traced (the stacking op's attr)."""
         idx = range(len(self.items)) if indices is None else [int(i) for i in host(indices).reshape(-1)]
         vals = [self.read(i) for i in idx]
         if not vals:
-            es = self.element_shape
+            es = self.element_shape if self.element_shape is not None else learned
             shape = (0,) + tuple(0 if d is None else d for d in (es or ()))
             return xp.zeros(shape, self.dtype)
         try:
@@ -182,12 +184,14 @@ def _ta_size(node, xp):
 
 @kernel("TensorArrayStack")
 def _ta_stack(node, xp):
-    return lambda ctx, a: (a[0].stack(xp),)
+    es = node.attrs.get("element_shape")
+    return lambda ctx, a: (a[0].stack(xp, None, es),)
 
 
 @kernel("TensorArrayGather")
 def _ta_gather(node, xp):
-    return lambda ctx, a: (a[0].stack(xp, a[1]),)
+    es = node.attrs.get("element_shape")
+    return lambda ctx, a: (a[0].stack(xp, a[1], es),)
 
 
 @kernel("TensorArrayConcat")
@@ -199,7 +203,8 @@ def _ta_concat(node, xp):
         else:
             vals = [ta.read(i) for i in range(len(ta.items))]
         if not vals:
-            return (xp.zeros((0,) + tuple(a[0].element_shape or ())[1:], a[0].dtype),)
+            es = a[0].element_shape if a[0].element_shape is not None else node.attrs.get("element_shape")
+            return (xp.zeros((0,) + tuple(0 if d is None else d for d in (es or ()))[1:], a[0].dtype),)
         return (xp.concatenate(vals, axis=0),)
     return f
 
