@@ -101,7 +101,9 @@ def test_temporaries_of_a_loop_are_buffers_and_the_results_are_the_reference_bit
         # the leapfrog's W @ qn, the second loop's product, group and power are written into buffers; the
         # leapfrog's qn and p into two each, one per parity of the iteration
         assert src.count("P.matmul_into(") == 2 and "P.matmul(" not in src, src
-        assert src.count("= np.empty(4, np.float64)") >= 8 and src.count(" % 2 == 0 else B") >= 2, src
+        assert src.count("= np.empty((4, ") >= 8 and src.count(" % 2 == 0 else B") >= 2, src
+        # the products' buffers have their shape (4, 1); their squeezed views are made once per loop
+        assert src.count("= np.empty((4, 1, ), np.float64)") == 2 and src.count("= H.reshape(B") == 2, src
     # against plain numpy
     q, rows = q0, []
     for s in range(3):

@@ -169,6 +169,30 @@ def test_an_error_in_a_compiled_root_names_its_node():
     assert _root(s, g).runs == {"compiled": 1, "fused": 1}    # the fused root replayed it to name the node
 
 
+def test_a_run_with_assertions_compiles_whole_and_a_failed_one_is_the_kernels_error():
+    from dfc.errors import DfcAssertionError
+
+    @dfc.function
+    def f(x, n):
+        for _ in range(n):
+            y = x * 2.0                 # used after a loop that may run zero times: checked (an Assert)
+        dfc.Assert(dfc.reduce_all(x < 10.0), [x], "x too large")
+        return y + 1.0
+
+    g = f.trace(np.ones(3), np.int64(2))
+    assert {"Assert"} <= {n.op for n in g.nodes.values()}
+    s = dfc.Session(g, compile_loops=True, num_threads=0)
+    for x, n in ((np.arange(3.0), 2), (np.ones(3), 1)):
+        np.testing.assert_array_equal(s.call(x, np.int64(n)), run_all_modes(g, x, np.int64(n)))
+    assert _root(s, g).runs == {"compiled": 2, "fused": 0}
+    with pytest.raises(DfcAssertionError, match="'y' is used but has no value") as e:
+        s.call(np.ones(3), np.int64(0))
+    assert g.nodes[e.value.node].op == "Assert"
+    with pytest.raises(DfcAssertionError, match=r"x too large \[\[ 1\. 20\.  3\.\]\]"):
+        s.call(np.array([1.0, 20.0, 3.0]), np.int64(1))
+    assert _root(s, g).runs == {"compiled": 2, "fused": 2}      # each failure replayed fused for its message
+
+
 def test_compiled_run_and_dfc_show_say_how_the_whole_run_goes(tmp_path):
     import os
     import subprocess

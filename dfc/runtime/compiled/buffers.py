@@ -43,35 +43,52 @@ class LoopBuffers:
     def __init__(self, gen):
         self.gen = gen
         self._open = []     # per loop frame being emitted: (frame analysis, its node items, line position,
-                            # indentation, allocation lines)
+                            # indentation, allocation lines, {value name: the buffer or view it is})
 
     def open(self, a, ind):
         """Frame a's loop starts here (its `while True:` is the next line, at indentation ind)."""
         items = {it[1] for it in a.order if it[0] == "node"}
-        self._open.append((a, items, len(self.gen.lines), ind, []))
+        self._open.append((a, items, len(self.gen.lines), ind, [], {}))
 
     def close(self):
         """Frame a's loop is emitted: its buffers are allocated just before it."""
-        _, _, pos, ind, lines = self._open.pop()
+        _, _, pos, ind, lines, _ = self._open.pop()
         self.gen.lines[pos:pos] = [ind + x for x in lines]
 
-    def get(self, i, t):
+    def get(self, i, t, shaped=False):
         """An expression for the buffer node i's output 0 (Type t) is written into in the innermost loop being
-        emitted, or None if the value does not qualify (see the module docstring)."""
+        emitted, or None if the value does not qualify (see the module docstring). The buffer is flat, or
+        (shaped) of t's shape; the caller's value is that buffer itself when it is shaped or 1-D."""
         if not ENABLED or not self._open or t.ndim == 0 or t.dtype == "resource" or None in t.shape:
             return None
-        a, items, _, _, lines = self._open[-1]
+        a, items, _, _, lines, exact = self._open[-1]
         if i not in items or len(self.gen.plan.out_edges[i]) != 1:
             return None
-        alloc = f"np.empty({math.prod(t.shape)}, {scalar_type(t.dtype)})"
+        dims = "".join(f"{d}, " for d in t.shape) if shaped else f"{math.prod(t.shape)}, "
+        alloc = f"np.empty(({dims}), {scalar_type(t.dtype)})"
         uses = self.gen.plan.out_edges[i][0]
         if all(self._reads(d, items) for d, _ in uses):
             lines.append(f"B{i}_ = {alloc}")
+            if shaped or t.ndim == 1:
+                exact[f"v{i}_0"] = f"B{i}_"
             return f"B{i}_"
         if self._carried(uses, a, items):
             lines += [f"B{i}_0 = {alloc}", f"B{i}_1 = {alloc}"]
             return f"(B{i}_0 if it{a.fid} % 2 == 0 else B{i}_1)"
         return None
+
+    def view(self, i, x, t):
+        """For a view op (Reshape, ExpandDims, Squeeze) node i of value x to static Type t: when x is a buffer
+        (or a view of one) of the innermost loop, the name of the same view made once when the loop starts
+        (a view made in every iteration costs two atomic reference counts), else None."""
+        if not self._open or t.ndim == 0 or None in t.shape:
+            return None
+        _, _, _, _, lines, exact = self._open[-1]
+        if x not in exact:
+            return None
+        lines.append(f"V{i}_ = H.reshape({exact[x]}, ({''.join(f'{d}, ' for d in t.shape)}))")
+        exact[f"v{i}_0"] = f"V{i}_"
+        return f"V{i}_"
 
     def _reads(self, dst, items):
         """Whether node dst only reads its input within the iteration (through views of it, their uses)."""

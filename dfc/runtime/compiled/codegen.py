@@ -16,6 +16,7 @@ from dfc.runtime.fused import ENTER, EXIT, MERGE, NEXT, SWITCH, FrameProgram
 from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type
 
 _DTYPES = ("float32", "float64", "int32", "int64", "bool")
+_VIEWS = ("Reshape", "ExpandDims", "Squeeze")      # lowered as views of their input (H.reshape)
 # Resource handles a frame can take, and what compiled code gets for each (dfc/runtime/compiled/__init__.py
 # builds it from the Python object and applies its effects after the compiled code succeeded):
 #   "push" / "pop": a gradient stack, a typed List of its elements (only pushed, or only popped);
@@ -90,10 +91,11 @@ class Emit:
         self.gen, self.node, self.args, self.ins, self.outs, self.ind = gen, node, args, ins, outs, ind
         self.index = index      # the node's index in the plan (None: a step of a composite lowering)
 
-    def buffer(self):
-        """A buffer the node's output 0 may be written into instead of a new array (its name, a flat
-        C-contiguous array of the output's static size), or None: buffers.py says when."""
-        return None if self.index is None else self.gen.buffers.get(self.index, self.outs[0])
+    def buffer(self, shaped=False):
+        """A buffer the node's output 0 may be written into instead of a new array (an expression: a
+        C-contiguous array of the output's static size, flat or `shaped` as the output), or None: buffers.py
+        says when."""
+        return None if self.index is None else self.gen.buffers.get(self.index, self.outs[0], shaped)
 
     def stmt(self, line):
         self.gen.lines.append(self.ind + line)
@@ -474,6 +476,10 @@ class FrameSource:
             for k in range(max(nout, 1)):
                 self.flagged.add((i, k))
                 w(pad, f"d{i}_{k} = False")
+        view = self.buffers.view(i, args[0], outs[0]) if node.op in _VIEWS and nout == 1 else None
+        if view is not None:        # a view of a loop's buffer, made when the loop starts (buffers.py)
+            w(pad, f"v{i}_0 = {view}")
+            return
         e = Emit(self, node, args, ins, outs, pad, i)
         try:
             exprs = low(e)

@@ -224,8 +224,8 @@ def matmul(LP, k, a, b, ta, tb):
 
 @njit(cache=True, nogil=True)
 def matmul_into(LP, k, a, b, ta, tb, out):
-    """matmul(LP, k, a, b, ta, tb) written into `out`, a flat C-contiguous array of the result's size that is
-    neither a nor b (a loop's buffer: dfc/runtime/compiled/buffers.py).
+    """matmul(LP, k, a, b, ta, tb) written into `out`, a C-contiguous array of the result's size (flat or of its
+    shape) that is neither a nor b (a loop's buffer: dfc/runtime/compiled/buffers.py).
 
     (Its steps are not computed by a helper shared with matmul: measured, a helper returning them made HMC's
     compiled run ~25% slower, the call no longer being inlined into the loop.)"""

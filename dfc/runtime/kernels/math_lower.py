@@ -332,14 +332,14 @@ def _matmul(e):
     k = e.loop(np.matmul, (a.dtype, a.dtype, a.dtype))
     x, y = e.args
     flat = f"P.matmul(LP, {k}, {x}, {y}, {bool(ta)}, {bool(tb)})"
-    buf = e.buffer() if e.outs[0].ndim else None
-    if buf is not None:         # into a loop's buffer (dfc/runtime/compiled/buffers.py)
+    buf = e.buffer(shaped=True) if e.outs[0].ndim else None
+    if buf is not None:         # into a loop's buffer of the result's shape (dfc/runtime/compiled/buffers.py)
         if not buf.isidentifier():
-            flat = e.tmp()
-            e.stmt(f"{flat} = {buf}")
-            buf = flat
+            out = e.tmp()
+            e.stmt(f"{out} = {buf}")
+            buf = out
         e.stmt(f"P.matmul_into(LP, {k}, {x}, {y}, {bool(ta)}, {bool(tb)}, {buf})")
-        flat = buf
+        return [buf]
     if (a.ndim, b.ndim) == (2, 2):
         return [f"H.reshape({flat}, ({x}.shape[{int(bool(ta))}], {y}.shape[{int(not tb)}]))"]
     return [f"{flat}[0]" if e.outs[0].ndim == 0 else flat]      # (n,) or (m,): flat already

@@ -11,6 +11,8 @@ before the frame and applies its effects after the compiled code succeeded):
   written to the store afterwards with the keys the fused path uses, so gradient sums come out the same;
 - a TensorArray the frame reads: its elements, which it can read, and its size;
 - a Variable: a typed List holding its value (read it, assign it; assigned back once at the end).
+An Assert checks its condition; a failed one raises, and the run replays fused, where the kernel raises the
+DfcAssertionError with its message and data.
 """
 from dfc.runtime.kernels.lowering import Unsupported, lowering, scalar_type as st
 
@@ -203,3 +205,12 @@ def _assign(e):
         e.stmt(f"if {new}.shape != {h}[0].shape: raise ValueError('assign of another shape')")
     e.stmt(f"{h}[0] = {new}")
     return [new]
+
+
+@lowering("Assert")
+def _assert(e):
+    # a failed assertion raises in compiled code; the fused path then replays the run, and the kernel raises
+    # its DfcAssertionError with the message and the data's values, naming the node
+    c = e.args[0]
+    e.stmt(f"if not {c if e.ins[0].ndim == 0 else f'np.all({c})'}: raise ValueError('assertion failed')")
+    return []
