@@ -33,7 +33,8 @@ from dfc.runtime.fused import EXIT, NEXT, SWITCH
 from dfc.runtime.kernels.lowering import scalar_type
 
 ENABLED = os.environ.get("DFC_COMPILED_BUFFERS", "1") != "0"
-VIEWS = frozenset({"Reshape", "ExpandDims", "Squeeze", "Identity", "StopGradient"})   # their input, or a view
+RESHAPES = frozenset({"Reshape", "ExpandDims", "Squeeze"})     # lowered as views of their input (H.reshape)
+VIEWS = RESHAPES | {"Identity", "StopGradient"}                 # their input, or a view of it
 REDUCTIONS = frozenset({"Sum", "Prod", "Max", "Min", "All", "Any", "Mean"})
 
 
@@ -78,7 +79,7 @@ class LoopBuffers:
         return None
 
     def view(self, i, x, t):
-        """For a view op (Reshape, ExpandDims, Squeeze) node i of value x to static Type t: when x is a buffer
+        """For a RESHAPES op node i of value x to static Type t: when x is a buffer
         (or a view of one) of the innermost loop, the name of the same view made once when the loop starts
         (a view made in every iteration costs two atomic reference counts), else None."""
         if not self._open or t.ndim == 0 or None in t.shape:

@@ -14,9 +14,9 @@ Chains of elementwise ops on arrays run as one flat loop each (fusion.py).
 """
 from dfc.runtime.fused import ENTER, EXIT, MERGE, NEXT, SWITCH, FrameProgram
 from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type
+from dfc.runtime.compiled.buffers import RESHAPES, LoopBuffers
 
 _DTYPES = ("float32", "float64", "int32", "int64", "bool")
-_VIEWS = ("Reshape", "ExpandDims", "Squeeze")      # lowered as views of their input (H.reshape)
 # Resource handles a frame can take, and what compiled code gets for each (dfc/runtime/compiled/__init__.py
 # builds it from the Python object and applies its effects after the compiled code succeeded):
 #   "push" / "pop": a gradient stack, a typed List of its elements (only pushed, or only popped);
@@ -155,10 +155,7 @@ class FrameSource:
         self.lift_dummies = {}         # gradient lift Merge -> its dummy Const inputs (see _lifted)
         self.objmode = False           # a lowering calls back into Python (Emit.kernel_call)
         self.exits_may_die = {}        # fid -> whether its Exits may be dead
-        from dfc.runtime.compiled.buffers import LoopBuffers
-        from dfc.runtime.compiled.fusion import Fusion
-        self.fusion = Fusion(self)     # elementwise groups: one flat loop each (fusion.py)
-        self.buffers = LoopBuffers(self)    # a loop's temporaries (buffers.py)
+        self._emitters()
         from dfc.runtime.fused import NotFusable
         try:
             self.an = Analyses(plan, fid, index).by_fid
@@ -188,6 +185,11 @@ class FrameSource:
                 f"@njit(cache=True, nogil={not self.objmode}, error_model='numpy')",
                 f"def run({''.join(x + ', ' for x in params)}K, LP, R):"]
         self.source = "\n".join(head + self.hoisted() + body + [f"    return ({''.join(o + ', ' for o in outs)})", ""])
+
+    def _emitters(self):
+        from dfc.runtime.compiled.fusion import Fusion
+        self.fusion = Fusion(self)          # elementwise groups: one flat loop each (fusion.py)
+        self.buffers = LoopBuffers(self)    # a loop's arrays written into buffers (buffers.py)
 
     def handle_users(self, i):
         """(node, input slot) of each use of the resource handle node i outputs (its output 0), followed
@@ -476,7 +478,7 @@ class FrameSource:
             for k in range(max(nout, 1)):
                 self.flagged.add((i, k))
                 w(pad, f"d{i}_{k} = False")
-        view = self.buffers.view(i, args[0], outs[0]) if node.op in _VIEWS and nout == 1 else None
+        view = self.buffers.view(i, args[0], outs[0]) if node.op in RESHAPES and nout == 1 else None
         if view is not None:        # a view of a loop's buffer, made when the loop starts (buffers.py)
             w(pad, f"v{i}_0 = {view}")
             return

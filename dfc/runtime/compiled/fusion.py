@@ -169,10 +169,7 @@ class _Group:
                 res, pre = spare[0], []
             else:
                 res = f"{self.tag}r"
-                buf = g.buffers.get(r, out)     # a loop's temporary: its buffer (buffers.py)
-                pre = [f"{res} = np.empty({self.n}, {st(out.dtype)})"] if buf is None else \
-                    [f"{res} = {buf}", f"if {res}.shape[0] != {self.n}:",
-                     "    raise ValueError('an elementwise group differs from its static shape')"]
+                pre = self._array(res, out.dtype, g.buffers.get(r, out))
             self._finish(body, [(res, expr)], pre)
             result = f"H.reshape({res}, {shape})" if nd > 1 else res
         for block in self.phases:
@@ -180,6 +177,14 @@ class _Group:
         w(pad, f"v{r}_0 = {result}")
 
     # ---------------------------------------------------------------- phases: a flat loop each
+    def _array(self, name, dtype, buf):
+        """Statements making `name` a flat array of the group's n elements of dtype: the loop's buffer `buf`
+        (buffers.py; its size checked), or with buf None a new one."""
+        if buf is None:
+            return [f"{name} = np.empty({self.n}, {st(dtype)})"]
+        return [f"{name} = {buf}", f"if {name}.shape[0] != {self.n}:",
+                "    raise ValueError('an elementwise group differs from its static shape')"]
+
     def _phase(self, ind):
         return {"ind": ind, "j": self.gen.fresh("j"), "lines": [], "bufs": []}
 
@@ -243,11 +248,8 @@ class _Group:
         if dst is None:
             dst = g.fresh("b")
             t = g._type(i, 0, "output")
-            buf = g.buffers.get(i, t) if i == self.root and spec.post is None and t.dtype == spec.dtypes[-1] \
-                else None           # the group's result, a loop's temporary: its buffer (buffers.py)
-            pre += [f"{dst} = np.empty({self.n}, {st(spec.dtypes[-1])})"] if buf is None else \
-                [f"{dst} = {buf}", f"if {dst}.shape[0] != {self.n}:",
-                 "    raise ValueError('an elementwise group differs from its static shape')"]
+            root = i == self.root and spec.post is None and t.dtype == spec.dtypes[-1]     # the group's result
+            pre += self._array(dst, spec.dtypes[-1], g.buffers.get(i, t) if root else None)
         self._finish(sub, stores, pre)
         self.phases.append([f"{ph['ind']}P.run(LP, {k}, ({self.n},), ({''.join(x + ', ' for x in ptrs)}"
                             f"{dst}.ctypes.data, ), ({''.join(x + ', ' for x in steps)}{dst}.itemsize, ))"])

@@ -37,10 +37,7 @@ class RootSource(FrameSource):
         self.placeholders = {}
         self._n = 0
         self.flagged, self.lift_dummies, self.objmode, self.exits_may_die = set(), {}, False, {}
-        from dfc.runtime.compiled.buffers import LoopBuffers
-        from dfc.runtime.compiled.fusion import Fusion
-        self.fusion = Fusion(self)
-        self.buffers = LoopBuffers(self)
+        self._emitters()
         a = root.analysis
         self.an = {0: a}
         for c in a.child_programs:

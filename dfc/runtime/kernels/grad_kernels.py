@@ -36,8 +36,7 @@ class GradTensorArrayStore(TensorArrayStore):
         idx = list(indices) if isinstance(indices, range) else [int(i) for i in host(indices).reshape(-1)]
         vals = [self.read(i) for i in idx]
         if not vals:
-            es = self.element_shape if self.element_shape is not None else learned
-            return xp.zeros((0,) + tuple(0 if d is None else d for d in (es or ())), self.dtype)
+            return self.zero_rows(xp, learned)
         return xp.stack(vals)
 
 

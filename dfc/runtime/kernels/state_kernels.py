@@ -136,15 +136,19 @@ class TensorArrayStore:
             raise DfcRuntimeError(f"TensorArray index {i} read before it was written")
         return v.value() if self.accumulate else v
 
+    def zero_rows(self, xp, learned=None, skip=0):
+        """Zeros of shape (0, *element shape[skip:]): the shape the array was made with, or else the one
+        `learned` from the writes traced (the reading op's attr); unknown sizes are 0."""
+        es = self.element_shape if self.element_shape is not None else learned
+        return xp.zeros((0,) + tuple(0 if d is None else d for d in (es or ()))[skip:], self.dtype)
+
     def stack(self, xp, indices=None, learned=None):
         """The elements (those at `indices`) stacked; none: zeros of shape (0, *element shape), the shape
         the array was made with, or else the one `learned` from the writes traced (the stacking op's attr)."""
         idx = range(len(self.items)) if indices is None else [int(i) for i in host(indices).reshape(-1)]
         vals = [self.read(i) for i in idx]
         if not vals:
-            es = self.element_shape if self.element_shape is not None else learned
-            shape = (0,) + tuple(0 if d is None else d for d in (es or ()))
-            return xp.zeros(shape, self.dtype)
+            return self.zero_rows(xp, learned)
         try:
             return xp.stack(vals)
         except ValueError as e:
@@ -203,8 +207,7 @@ def _ta_concat(node, xp):
         else:
             vals = [ta.read(i) for i in range(len(ta.items))]
         if not vals:
-            es = a[0].element_shape if a[0].element_shape is not None else node.attrs.get("element_shape")
-            return (xp.zeros((0,) + tuple(0 if d is None else d for d in (es or ()))[1:], a[0].dtype),)
+            return (ta.zero_rows(xp, node.attrs.get("element_shape"), 1),)
         return (xp.concatenate(vals, axis=0),)
     return f
 
