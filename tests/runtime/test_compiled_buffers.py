@@ -104,6 +104,10 @@ def test_temporaries_of_a_loop_are_buffers_and_the_results_are_the_reference_bit
         assert src.count("= np.empty((4, ") >= 8 and src.count(" % 2 == 0 else B") >= 2, src
         # the products' buffers have their shape (4, 1); their squeezed views are made once per loop
         assert src.count("= np.empty((4, 1, ), np.float64)") == 2 and src.count("= H.reshape(B") == 2, src
+        # read and written through aliases without reference counts; the owners are kept until the loop
+        # is done and a parity buffer's value leaves the loop as its owner
+        assert src.count("= H.unmanaged(B") >= 8 and src.count("H.keep(B") >= 8, src
+        assert src.count("_0m if it") >= 2, src
     # against plain numpy
     q, rows = q0, []
     for s in range(3):
@@ -155,3 +159,33 @@ def test_a_product_pushed_for_the_gradient_is_not_a_buffer():
         d[idx] = eps
         slope[idx] = (s.call(W + d, h0, np.int64(6))[0] - s.call(W - d, h0, np.int64(6))[0]) / (2 * eps)
     np.testing.assert_allclose(want[1], slope, rtol=1e-6, atol=1e-7)
+
+
+def _matrix_walk(X0, W, n):
+    """A 2-D loop variable in parity buffers (a flat buffer seen with its shape) that leaves the loop after
+    an even or odd number of iterations, then arrays of its size made after the loop: the value that left
+    must be the buffer's owner, alive and not overwritten. (Y, fetched and read by Z's group, is kept.)"""
+    X = X0
+    i = 0
+    while i < n:
+        X = dfc.tanh(dfc.matmul(W, X) * 0.9 + 0.1)
+        i += 1
+    Y = X * 2.0
+    Z = dfc.exp(Y) + X
+    return X, Y, Z
+
+
+def test_a_loop_variable_in_parity_buffers_leaves_the_loop_as_its_owner():
+    X0 = np.random.default_rng(3).standard_normal((3, 5))
+    W = np.random.default_rng(4).standard_normal((3, 3)) * 0.5
+    for n in (0, 1, 2, 3, 6):
+        args = (X0, W, np.int64(n))
+        g = dfc.function(_matrix_walk).trace(*args)
+        got, src = _compiled(g, args)
+        _same(got, run_all_modes(g, *args))
+        assert "(B" in src and "_0 if it1 % 2 == 0 else B" in src and "H.reshape(B" in src, src
+        X = X0
+        for _ in range(n):
+            X = np.tanh(W @ X * 0.9 + 0.1)
+        for x, y in zip(got, (X, X * 2.0, np.exp(X * 2.0) + X)):
+            np.testing.assert_allclose(x, y, rtol=1e-14)

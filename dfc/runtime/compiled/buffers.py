@@ -22,6 +22,12 @@ reader of a buffer's value has run before the buffer is written again. A loop en
 loop, once per outer iteration) allocates its buffers again, so values that left an earlier run of it
 (its Exits) are untouched.
 
+The code reads and writes a buffer through an unmanaged alias (helpers.unmanaged: no meminfo), so the
+reference counts numba makes of it in every iteration (choosing a parity's buffer, a view of it, passing it
+to a loop variable) are no-ops instead of two atomic operations each (measured: a quarter of HMC's
+compiled run). The allocated array, its owner, is named once more after the loop (H.keep), so it lives
+until the loop is done; a loop variable's value that leaves the loop is its owner, never the alias.
+
 The producers that write into a buffer: elementwise groups (fusion.py) and MatMul (math_lower.py,
 npcall.matmul_into). A size that differs from the static one at run time raises, and the fused path
 replays the frame. $DFC_COMPILED_BUFFERS=0 turns buffers off (a benchmark's baseline).
@@ -44,17 +50,31 @@ class LoopBuffers:
     def __init__(self, gen):
         self.gen = gen
         self._open = []     # per loop frame being emitted: (frame analysis, its node items, line position,
-                            # indentation, allocation lines, {value name: the buffer or view it is})
+                            # indentation, allocation lines, {value name: the buffer or view it is},
+                            # {Merge node: the node whose value is in the parity buffers})
 
     def open(self, a, ind):
         """Frame a's loop starts here (its `while True:` is the next line, at indentation ind)."""
         items = {it[1] for it in a.order if it[0] == "node"}
-        self._open.append((a, items, len(self.gen.lines), ind, [], {}))
+        self._open.append((a, items, len(self.gen.lines), ind, [], {}, {}))
 
     def close(self):
-        """Frame a's loop is emitted: its buffers are allocated just before it."""
-        _, _, pos, ind, lines, _ = self._open.pop()
-        self.gen.lines[pos:pos] = [ind + x for x in lines]
+        """Frame a's loop is emitted (its last line is the last one): its buffers are allocated just before it,
+        their owners kept after it, and a loop variable in parity buffers leaves the loop as its owner."""
+        a, _, pos, ind, lines, _, parity = self._open.pop()
+        if not lines:
+            return
+        gl = self.gen.lines
+        it = f"it{a.fid}"
+        for m, (i, shape) in parity.items():     # the codegen's exit line (in the loop) of loop variable m
+            b0, b1 = (f"B{i}_0m", f"B{i}_1m") if shape is None else (f"H.reshape(B{i}_{p}m, {shape})" for p in "01")
+            for k in range(pos, len(gl)):
+                head, _, rest = gl[k].partition("x")
+                if not head.strip() and rest.startswith(f"{a.fid}_") and rest.endswith(f" = v{m}_0"):
+                    gl[k] = f"{gl[k]} if {it} == 0 else ({b0} if {it} % 2 == 1 else {b1})"
+        owners = [x.split(" = ")[0] for x in lines if x.startswith("B") and x.split(" = ")[0].endswith("m")]
+        gl.extend(f"{ind}H.keep({b})" for b in owners)
+        gl[pos:pos] = [ind + x for x in lines]
 
     def get(self, i, t, shaped=False):
         """An expression for the buffer node i's output 0 (Type t) is written into in the innermost loop being
@@ -62,19 +82,22 @@ class LoopBuffers:
         (shaped) of t's shape; the caller's value is that buffer itself when it is shaped or 1-D."""
         if not ENABLED or not self._open or t.ndim == 0 or t.dtype == "resource" or None in t.shape:
             return None
-        a, items, _, _, lines, exact = self._open[-1]
+        a, items, _, _, lines, exact, parity = self._open[-1]
         if i not in items or len(self.gen.plan.out_edges[i]) != 1:
             return None
         dims = "".join(f"{d}, " for d in t.shape) if shaped else f"{math.prod(t.shape)}, "
         alloc = f"np.empty(({dims}), {scalar_type(t.dtype)})"
         uses = self.gen.plan.out_edges[i][0]
         if all(self._reads(d, items) for d, _ in uses):
-            lines.append(f"B{i}_ = {alloc}")
+            lines += [f"B{i}_m = {alloc}", f"B{i}_ = H.unmanaged(B{i}_m)"]
             if shaped or t.ndim == 1:
                 exact[f"v{i}_0"] = f"B{i}_"
             return f"B{i}_"
-        if self._carried(uses, a, items):
-            lines += [f"B{i}_0 = {alloc}", f"B{i}_1 = {alloc}"]
+        m = self._carried(uses, a, items)
+        if m is not None:
+            parity[m] = (i, None if shaped or t.ndim == 1 else f"({''.join(f'{d}, ' for d in t.shape)})")
+            lines += [f"B{i}_0m = {alloc}", f"B{i}_0 = H.unmanaged(B{i}_0m)",
+                      f"B{i}_1m = {alloc}", f"B{i}_1 = H.unmanaged(B{i}_1m)"]
             return f"(B{i}_0 if it{a.fid} % 2 == 0 else B{i}_1)"
         return None
 
@@ -84,7 +107,7 @@ class LoopBuffers:
         (a view made in every iteration costs two atomic reference counts), else None."""
         if not self._open or t.ndim == 0 or None in t.shape:
             return None
-        _, _, _, _, lines, exact = self._open[-1]
+        _, _, _, _, lines, exact, _ = self._open[-1]
         if x not in exact:
             return None
         lines.append(f"V{i}_ = H.reshape({exact[x]}, ({''.join(f'{d}, ' for d in t.shape)}))")
@@ -105,18 +128,20 @@ class LoopBuffers:
                                                                   p.out_edges[dst][0])
 
     def _carried(self, uses, a, items):
-        """Whether a value with these uses is read within its iteration and passed to the next one, where it
-        is only read (or leaves the loop): two buffers, one per parity of the iteration."""
+        """The loop variable (its Merge node) a value with these uses is passed to, if the value is read within
+        its iteration and passed to the next one, where it is only read (or leaves the loop): two buffers,
+        one per parity of the iteration. Else None."""
         p = self.gen.plan
         nexts = [d for d, _ in uses if p.kind[d] == NEXT]
         if len(nexts) != 1 or not all(self._reads(d, items) for d, _ in uses if d != nexts[0]):
-            return False
+            return None
         merges = p.out_edges[nexts[0]][0]
         if len(merges) != 1 or merges[0][0] not in a.merges:
-            return False
+            return None
         m = merges[0][0]
         switch = p.out_edges[m][0]
         if any(p.out_edges[m][1:]) or len(switch) != 1 or p.kind[switch[0][0]] != SWITCH:
-            return False
+            return None
         out_false, out_true = p.out_edges[switch[0][0]]
-        return all(p.kind[d] == EXIT for d, _ in out_false) and all(self._reads(d, items) for d, _ in out_true)
+        ok = all(p.kind[d] == EXIT for d, _ in out_false) and all(self._reads(d, items) for d, _ in out_true)
+        return m if ok else None

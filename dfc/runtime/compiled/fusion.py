@@ -45,7 +45,8 @@ class Fusion:
         self.gen, self.plan = gen, gen.plan
         p = self.plan
         self.inline, self.roots, self._specs = set(), set(), {}
-        self._ctrl = {c for cs in p.ctrl_ins for c in cs}
+        # never inlined: a control input, a fetched value (the run's result)
+        self._kept = {c for cs in p.ctrl_ins for c in cs} | {i for i, _ in getattr(p, "fetches", ())}
 
     def spec(self, i):
         """NATIVE, a math_lower.Loop, or None (not fused) for node i."""
@@ -78,7 +79,7 @@ class Fusion:
                 continue
             self.roots.add(i)
             uses = p.out_edges[i][0]
-            if i in self._ctrl or len(uses) != 1:
+            if i in self._kept or len(uses) != 1:
                 continue
             c = uses[0][0]
             if c in items and items[c] == body and self.spec(c) is not None:
@@ -185,6 +186,13 @@ class _Group:
         return [f"{name} = {buf}", f"if {name}.shape[0] != {self.n}:",
                 "    raise ValueError('an elementwise group differs from its static shape')"]
 
+    def _result_buffer(self, i, spec):
+        """The loop's buffer (buffers.py) numpy's loop of node i writes, when i is the group's root and that
+        loop's output is the group's result (not converted after), else None."""
+        t = self.gen._type(i, 0, "output")
+        root = i == self.root and spec.post is None and t.dtype == spec.dtypes[-1]
+        return self.gen.buffers.get(i, t) if root else None
+
     def _phase(self, ind):
         return {"ind": ind, "j": self.gen.fresh("j"), "lines": [], "bufs": []}
 
@@ -239,17 +247,16 @@ class _Group:
                 continue
             else:                                       # an element expression: into a buffer of its own
                 arr = g.fresh("b")
-                pre.append(f"{arr} = np.empty({self.n}, {st(t)})")
+                in_place = dst is None and t == spec.dtypes[-1]
+                pre += self._array(arr, t, self._result_buffer(i, spec) if in_place else None)
                 stores.append((arr, x))
-                if dst is None and t == spec.dtypes[-1]:
+                if in_place:
                     dst = arr                           # numpy's loop runs in place on it
             ptrs.append(f"{arr}.ctypes.data")
             steps.append(f"{arr}.itemsize")
         if dst is None:
             dst = g.fresh("b")
-            t = g._type(i, 0, "output")
-            root = i == self.root and spec.post is None and t.dtype == spec.dtypes[-1]     # the group's result
-            pre += self._array(dst, spec.dtypes[-1], g.buffers.get(i, t) if root else None)
+            pre += self._array(dst, spec.dtypes[-1], self._result_buffer(i, spec))
         self._finish(sub, stores, pre)
         self.phases.append([f"{ph['ind']}P.run(LP, {k}, ({self.n},), ({''.join(x + ', ' for x in ptrs)}"
                             f"{dst}.ctypes.data, ), ({''.join(x + ', ' for x in steps)}{dst}.itemsize, ))"])

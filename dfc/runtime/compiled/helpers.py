@@ -75,6 +75,34 @@ def _c_view(typingctx, x, shape):
     return sig, codegen
 
 
+@intrinsic
+def unmanaged(typingctx, x):
+    """x without its memory's owner: the same array struct with no meminfo (and no parent), so numba's
+    reference counts of it, and of views of it, do nothing (null meminfo) instead of two atomic operations
+    each. Only for a loop's buffer (buffers.py), whose owner, the allocated array, the generated code keeps
+    alive (`keep`) until the loop is done and which never leaves the loop (an Exit value is the owner)."""
+    if not isinstance(x, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        from numba.np.arrayobj import make_array
+        ary = make_array(signature.args[0])(context, builder, args[0])
+        out = make_array(signature.return_type)(context, builder)
+        out.meminfo = ir.Constant(ary.meminfo.type, None)
+        out.parent = ir.Constant(ary.parent.type, None)
+        out.nitems, out.itemsize, out.data = ary.nitems, ary.itemsize, ary.data
+        out.shape, out.strides = ary.shape, ary.strides
+        return out._getvalue()
+    return x(x), codegen
+
+
+@njit(cache=True, nogil=True)
+def keep(x):
+    """A use of x: a loop's buffer owner (`unmanaged`) named after its loop, so numba keeps it alive until
+    then (numba frees a value after its last use)."""
+    return x.shape[0]
+
+
 @njit(cache=True, nogil=True)
 def _call(LP, k, p0, p1, p2, s0, s1, s2, n):
     P.run(LP, k, (n,), (p0, p1, p2), (s0, s1, s2))
