@@ -189,3 +189,40 @@ def test_a_loop_variable_in_parity_buffers_leaves_the_loop_as_its_owner():
             X = np.tanh(W @ X * 0.9 + 0.1)
         for x, y in zip(got, (X, X * 2.0, np.exp(X * 2.0) + X)):
             np.testing.assert_allclose(x, y, rtol=1e-14)
+
+
+def _constants(x, n):
+    """C is only read in the loop (an alias without reference counts); D is kept (TensorArray elements, a loop
+    variable, a result): those are the constant's own array, and a result is a copy of it."""
+    ta = dfc.TensorArray("float64", size=n)
+    y, d = x, x
+    i = 0
+    while i < n:
+        y = y * dfc.constant(np.array([1.5, -2.0, 0.25])) + dfc.reduce_sum(dfc.constant(np.array([1.0, 2.0, 3.0])))
+        d = dfc.constant(np.array([4.0, 5.0, 6.0]))
+        ta = ta.write(i, d)
+        i += 1
+    return y, d, ta.stack()
+
+
+def test_constants_only_read_in_a_loop_are_aliases_and_kept_ones_are_their_own_arrays():
+    x = np.array([0.5, -1.0, 2.0])
+    for n in (3, 1):
+        args = (x, np.int64(n))
+        g = dfc.function(_constants).trace(*args)
+        got, src = _compiled(g, args)
+        _same(got, run_all_modes(g, *args))
+        assert src.count("= H.unmanaged(K[") == 2 and "= K[" in src, src
+        y = x
+        for _ in range(n):
+            y = y * np.array([1.5, -2.0, 0.25]) + 6.0
+        for a, b in zip(got, (y, [4.0, 5.0, 6.0], np.tile([4.0, 5.0, 6.0], (n, 1)))):
+            np.testing.assert_array_equal(a, b)
+        s = dfc.Session(g, compile_loops=True, num_threads=0)
+        for _ in range(2):
+            got = s.call(*args)
+            np.testing.assert_array_equal(got[1], [4.0, 5.0, 6.0])
+            np.testing.assert_array_equal(got[2], np.tile([4.0, 5.0, 6.0], (n, 1)))
+            got[1][:] = 0.0             # a result is the caller's to change: the constant is not
+            got[2][:] = 0.0
+        assert s.compiled_run()["status"] == "compiled"

@@ -101,6 +101,17 @@ class LoopBuffers:
             return f"(B{i}_0 if it{a.fid} % 2 == 0 else B{i}_1)"
         return None
 
+    def only_read(self, i):
+        """Whether node i's one output, in the innermost loop being emitted, is only read within the iteration
+        (as a buffer's value is; also as a reshape's shape), so an alias without reference counts may stand
+        for it (a constant: codegen.Emit.const)."""
+        if not ENABLED or not self._open:
+            return False
+        items, p = self._open[-1][1], self.gen.plan
+        return i in items and len(p.out_edges[i]) == 1 and all(
+            self._reads(d, items) or (port > 0 and p.nodes[d].op in RESHAPES and d in items)
+            for d, port in p.out_edges[i][0])
+
     def view(self, i, x, t):
         """For a RESHAPES op node i of value x to static Type t: when x is a buffer
         (or a view of one) of the innermost loop, the name of the same view made once when the loop starts

@@ -132,11 +132,18 @@ class Emit:
         self.stmt(f"with numba.objmode({out}={typ!r}):")
         self.stmt(f"    {out} = H.kernel_call({node!r}, R, {ctr}, ({''.join(x + ', ' for x in ins)}), {t.ndim})")
 
-    def const(self, value):
-        """An expression for a constant array (passed to the compiled function in K)."""
+    def const(self, value, node_value=False):
+        """An expression for a constant array (passed to the compiled function in K). node_value: it is the
+        node's output; when a loop only reads that (buffers.LoopBuffers.only_read), the expression is an
+        unmanaged alias of it made once at the top of the function (K outlives the call), whose reference
+        counts in every iteration do nothing."""
         import numpy as np
         self.gen.consts.append(np.array(value, order="C", copy=True))
-        return f"K[{len(self.gen.consts) - 1}]"
+        k = len(self.gen.consts) - 1
+        if node_value and self.index is not None and self.gen.buffers.only_read(self.index):
+            self.gen.placeholders[f"K{k}_"] = f"H.unmanaged(K[{k}])"
+            return f"K{k}_"
+        return f"K[{k}]"
 
 
 class FrameSource:

@@ -25,7 +25,7 @@ def _const(e):
     v = np.asarray(e.node.attrs["value"])
     if v.ndim == 0:
         return [literal(v[()], e.outs[0].dtype)]
-    return [e.const(v)]
+    return [e.const(v, node_value=True)]
 
 
 @lowering("Identity", "StopGradient", "LoopCond")
