@@ -242,7 +242,7 @@ class _Group:
             elif not any(y in x for y in varying):      # one value: one element, stride 0
                 arr = g.fresh("c")
                 pre.append(f"{arr} = np.full(1, {x})")
-                ptrs.append(f"{arr}.ctypes.data")
+                ptrs.append(arr)
                 steps.append("0")
                 continue
             else:                                       # an element expression: into a buffer of its own
@@ -252,14 +252,18 @@ class _Group:
                 stores.append((arr, x))
                 if in_place:
                     dst = arr                           # numpy's loop runs in place on it
-            ptrs.append(f"{arr}.ctypes.data")
+            ptrs.append(arr)
             steps.append(f"{arr}.itemsize")
         if dst is None:
             dst = g.fresh("b")
             pre += self._array(dst, spec.dtypes[-1], self._result_buffer(i, spec))
         self._finish(sub, stores, pre)
-        self.phases.append([f"{ph['ind']}P.run(LP, {k}, ({self.n},), ({''.join(x + ', ' for x in ptrs)}"
-                            f"{dst}.ctypes.data, ), ({''.join(x + ', ' for x in steps)}{dst}.itemsize, ))"])
+        # the arrays' addresses (P.address: not .ctypes.data, whose object costs two atomic reference counts
+        # per array), each array named again after the call (H.keep) so numba frees none of them before it
+        arrays = list(dict.fromkeys(ptrs + [dst]))
+        self.phases.append([f"{ph['ind']}P.run(LP, {k}, ({self.n},), ({''.join(f'P.address({x}), ' for x in ptrs)}"
+                            f"P.address({dst}), ), ({''.join(x + ', ' for x in steps)}{dst}.itemsize, ))",
+                            f"{ph['ind']}{''.join(f'H.keep({x}); ' for x in arrays)}".rstrip("; ")])
         y = f"{dst}[{ph['j']}]"
         ph["bufs"].append((dst, spec.dtypes[-1]))
         if spec.post is None:

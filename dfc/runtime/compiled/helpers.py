@@ -98,9 +98,9 @@ def unmanaged(typingctx, x):
 
 @njit(cache=True, nogil=True)
 def keep(x):
-    """A use of x: a loop's buffer owner (`unmanaged`) named after its loop, so numba keeps it alive until
-    then (numba frees a value after its last use)."""
-    return x.shape[0]
+    """A use of array x, so numba keeps it alive until here (numba frees a value after its last use): a
+    loop's buffer owner (`unmanaged`) named after its loop, an array whose address (P.address) a call took."""
+    return x.size
 
 
 @njit(cache=True, nogil=True)
