@@ -108,6 +108,9 @@ def test_temporaries_of_a_loop_are_buffers_and_the_results_are_the_reference_bit
         # is done and a parity buffer's value leaves the loop as its owner
         assert src.count("= H.unmanaged(B") >= 8 and src.count("H.keep(B") >= 8, src
         assert src.count("_0m if it") >= 2, src
+        # the leapfrog loop is nested in the samples' loop: its temporary (W @ qn) is allocated once, at the
+        # top of the function, not on each entry
+        assert src[:src.index("while True:")].count("= np.empty((4, 1, ), np.float64)") == 1, src
     # against plain numpy
     q, rows = q0, []
     for s in range(3):

@@ -19,8 +19,9 @@ value of iteration i - 1 is read from the other; when the loop stops, nothing wr
 So no pushed gradient value, TensorArray element, Variable value, cond output (Switch, Merge), value
 entering a nested loop, or loop variable kept unchanged for another iteration is ever a buffer, and every
 reader of a buffer's value has run before the buffer is written again. A loop entered again (a nested
-loop, once per outer iteration) allocates its buffers again, so values that left an earlier run of it
-(its Exits) are untouched.
+loop, once per outer iteration) allocates its parity buffers again, so values that left an earlier run of
+it (its Exits) are untouched; its temporaries, which never leave an iteration, are allocated once, at the
+top of the function.
 
 The code reads and writes a buffer through an unmanaged alias (helpers.unmanaged: no meminfo), so the
 reference counts numba makes of it in every iteration (choosing a parity's buffer, a view of it, passing it
@@ -44,37 +45,52 @@ VIEWS = RESHAPES | {"Identity", "StopGradient"}                 # their input, o
 REDUCTIONS = frozenset({"Sum", "Prod", "Max", "Min", "All", "Any", "Mean"})
 
 
+class _Loop:
+    """A loop frame being emitted: its analysis, node items, where its `while True:` goes and at which
+    indentation; the statements making its temporaries' buffers and views of them (`once`) and its parity
+    buffers (`each`); {value name: the temporary's buffer or view it is}; {Merge node: (the node whose value
+    is in the parity buffers, the shape a flat one is seen with or None)}."""
+
+    def __init__(self, a, items, pos, ind):
+        self.a, self.items, self.pos, self.ind = a, items, pos, ind
+        self.once, self.each, self.exact, self.parity = [], [], {}, {}
+
+
 class LoopBuffers:
     """The buffers of the loop frames a FrameSource is emitting, innermost last."""
 
     def __init__(self, gen):
         self.gen = gen
-        self._open = []     # per loop frame being emitted: (frame analysis, its node items, line position,
-                            # indentation, allocation lines, {value name: the buffer or view it is},
-                            # {Merge node: the node whose value is in the parity buffers})
+        self._open = []     # _Loop per loop frame being emitted
 
     def open(self, a, ind):
         """Frame a's loop starts here (its `while True:` is the next line, at indentation ind)."""
         items = {it[1] for it in a.order if it[0] == "node"}
-        self._open.append((a, items, len(self.gen.lines), ind, [], {}, {}))
+        self._open.append(_Loop(a, items, len(self.gen.lines), ind))
 
     def close(self):
-        """Frame a's loop is emitted (its last line is the last one): its buffers are allocated just before it,
-        their owners kept after it, and a loop variable in parity buffers leaves the loop as its owner."""
-        a, _, pos, ind, lines, _, parity = self._open.pop()
-        if not lines:
+        """Frame a's loop is emitted (its last line is the last one): its buffers are allocated just before it
+        (a nested loop's temporaries once, at the top of the function: they never leave an iteration), their
+        owners kept after it, and a loop variable in parity buffers leaves the loop as its owner."""
+        lp = self._open.pop()
+        if not (lp.once or lp.each):
             return
-        gl = self.gen.lines
-        it = f"it{a.fid}"
-        for m, (i, shape) in parity.items():     # the codegen's exit line (in the loop) of loop variable m
+        gl, it = self.gen.lines, f"it{lp.a.fid}"
+        for m, (i, shape) in lp.parity.items():     # the codegen's exit line (in the loop) of loop variable m
             b0, b1 = (f"B{i}_0m", f"B{i}_1m") if shape is None else (f"H.reshape(B{i}_{p}m, {shape})" for p in "01")
-            for k in range(pos, len(gl)):
+            for k in range(lp.pos, len(gl)):
                 head, _, rest = gl[k].partition("x")
-                if not head.strip() and rest.startswith(f"{a.fid}_") and rest.endswith(f" = v{m}_0"):
+                if not head.strip() and rest.startswith(f"{lp.a.fid}_") and rest.endswith(f" = v{m}_0"):
                     gl[k] = f"{gl[k]} if {it} == 0 else ({b0} if {it} % 2 == 1 else {b1})"
-        owners = [x.split(" = ")[0] for x in lines if x.startswith("B") and x.split(" = ")[0].endswith("m")]
-        gl.extend(f"{ind}H.keep({b})" for b in owners)
-        gl[pos:pos] = [ind + x for x in lines]
+        # an owner named after the loop lives until then; one made at the top and named inside an outer loop
+        # lives until that loop is done
+        gl.extend(f"{lp.ind}H.keep({x.split(' = ')[0]})" for x in lp.once + lp.each if x.split(" = ")[0][-1] == "m")
+        here = lp.each
+        if self._open:
+            self.gen.placeholders.update(x.split(" = ", 1) for x in lp.once)
+        else:
+            here = lp.once + here
+        gl[lp.pos:lp.pos] = [lp.ind + x for x in here]
 
     def get(self, i, t, shaped=False):
         """An expression for the buffer node i's output 0 (Type t) is written into in the innermost loop being
@@ -82,23 +98,23 @@ class LoopBuffers:
         (shaped) of t's shape; the caller's value is that buffer itself when it is shaped or 1-D."""
         if not ENABLED or not self._open or t.ndim == 0 or t.dtype == "resource" or None in t.shape:
             return None
-        a, items, _, _, lines, exact, parity = self._open[-1]
-        if i not in items or len(self.gen.plan.out_edges[i]) != 1:
+        lp = self._open[-1]
+        if i not in lp.items or len(self.gen.plan.out_edges[i]) != 1:
             return None
         dims = "".join(f"{d}, " for d in t.shape) if shaped else f"{math.prod(t.shape)}, "
         alloc = f"np.empty(({dims}), {scalar_type(t.dtype)})"
         uses = self.gen.plan.out_edges[i][0]
-        if all(self._reads(d, items) for d, _ in uses):
-            lines += [f"B{i}_m = {alloc}", f"B{i}_ = H.unmanaged(B{i}_m)"]
+        if all(self._reads(d, lp.items) for d, _ in uses):
+            lp.once += [f"B{i}_m = {alloc}", f"B{i}_ = H.unmanaged(B{i}_m)"]
             if shaped or t.ndim == 1:
-                exact[f"v{i}_0"] = f"B{i}_"
+                lp.exact[f"v{i}_0"] = f"B{i}_"
             return f"B{i}_"
-        m = self._carried(uses, a, items)
+        m = self._carried(uses, lp.a, lp.items)
         if m is not None:
-            parity[m] = (i, None if shaped or t.ndim == 1 else f"({''.join(f'{d}, ' for d in t.shape)})")
-            lines += [f"B{i}_0m = {alloc}", f"B{i}_0 = H.unmanaged(B{i}_0m)",
-                      f"B{i}_1m = {alloc}", f"B{i}_1 = H.unmanaged(B{i}_1m)"]
-            return f"(B{i}_0 if it{a.fid} % 2 == 0 else B{i}_1)"
+            lp.parity[m] = (i, None if shaped or t.ndim == 1 else f"({''.join(f'{d}, ' for d in t.shape)})")
+            lp.each += [f"B{i}_0m = {alloc}", f"B{i}_0 = H.unmanaged(B{i}_0m)",
+                        f"B{i}_1m = {alloc}", f"B{i}_1 = H.unmanaged(B{i}_1m)"]
+            return f"(B{i}_0 if it{lp.a.fid} % 2 == 0 else B{i}_1)"
         return None
 
     def only_read(self, i):
@@ -107,7 +123,7 @@ class LoopBuffers:
         for it (a constant: codegen.Emit.const)."""
         if not ENABLED or not self._open:
             return False
-        items, p = self._open[-1][1], self.gen.plan
+        items, p = self._open[-1].items, self.gen.plan
         return i in items and len(p.out_edges[i]) == 1 and all(
             self._reads(d, items) or (port > 0 and p.nodes[d].op in RESHAPES and d in items)
             for d, port in p.out_edges[i][0])
@@ -118,11 +134,11 @@ class LoopBuffers:
         (a view made in every iteration costs two atomic reference counts), else None."""
         if not self._open or t.ndim == 0 or None in t.shape:
             return None
-        _, _, _, _, lines, exact, _ = self._open[-1]
-        if x not in exact:
+        lp = self._open[-1]
+        if x not in lp.exact:
             return None
-        lines.append(f"V{i}_ = H.reshape({exact[x]}, ({''.join(f'{d}, ' for d in t.shape)}))")
-        exact[f"v{i}_0"] = f"V{i}_"
+        lp.once.append(f"V{i}_ = H.reshape({lp.exact[x]}, ({''.join(f'{d}, ' for d in t.shape)}))")
+        lp.exact[f"v{i}_0"] = f"V{i}_"
         return f"V{i}_"
 
     def _reads(self, dst, items):
