@@ -97,6 +97,8 @@ class GradState:
         self.between = set()
         self.units = {}          # forward ctx -> {unit key: (input refs, output refs)}
         self.deferred = {}       # forward MatMul -> loop_matmul.Deferred, while its gradient loop is built
+        self.concat_parts = {}   # gradient ref -> (piece sizes, piece gradients): a matmul's input gradient
+        #                          made piece by piece for the Concat its input is (op_grads._matmul_grad)
 
     # ------------------------------------------------------------ graph queries
     def tensor(self, ref):

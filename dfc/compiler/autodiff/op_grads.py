@@ -96,7 +96,19 @@ def _matmul_grad(op, g, need=(True, True)):
     ta, tb = op.attrs["transpose_a"], op.attrs["transpose_b"]
     mm = K.matmul
     ga = gb = None
-    if need[0]:
+    sizes = None if ta or tb else _concat_sizes(op)
+    if need[0] and sizes is not None:
+        # a = concat([p_1, ..., p_n], axis=1) (an RNN cell's [x_t, h]): d p_k = g @ b[rows of p_k]^T, each a
+        # product of its own, so a piece whose gradient nobody needs (x_t's) is pruned with its product
+        # instead of being computed and sliced off (a third of an LSTM step's GEMM work). The rows of b are a
+        # contiguous block of it.
+        b, parts, start = op.x(1), [], 0
+        for size in sizes:
+            parts.append(mm(g, K.getitem(b, (slice(start, start + size), slice(None))), transpose_b=True))
+            start += size
+        ga = K.concat(parts, 1)
+        op.gs.concat_parts[ga.ref] = (sizes, parts)
+    elif need[0]:
         b = op.x(1)
         ga = (mm(g, b, transpose_b=not tb) if not ta else
               mm(b, g, transpose_b=True) if not tb else mm(b, g, transpose_a=True, transpose_b=True))
@@ -107,6 +119,20 @@ def _matmul_grad(op, g, need=(True, True)):
     if op.input(0).ndim == 2 and op.input(1).ndim == 2:
         return [ga, gb]
     return [None if ga is None else unbroadcast(op, 0, ga), None if gb is None else unbroadcast(op, 1, gb)]
+
+
+def _concat_sizes(op):
+    """The static sizes of the pieces when a 2-D matmul's input 0 is a Concat of two or more 2-D pieces along
+    axis 1 (their static column counts), else None."""
+    t = op.input(0)
+    node = op.gs.graph.nodes.get(t.node)
+    if node is None or node.op != "Concat" or t.port != 0 or t.ndim != 2 or op.input(1).ndim != 2 or \
+            node.attrs.get("axis") not in (1, -1):
+        return None
+    from dfc.compiler.autodiff.gradients import norm_ref
+    pieces = [op.gs.tensor(norm_ref(r)) for r in node.data_inputs]
+    sizes = [None if x.ndim != 2 else x.shape[1] for x in pieces]
+    return sizes if len(sizes) > 1 and None not in sizes else None
 
 
 def _cast_grad(op, g):
@@ -124,6 +150,9 @@ def _concat_grad(op, g):
     if rank is None:
         raise DfcError("gradient of concat needs inputs of known rank", node=op.node.name)
     ax = op.attrs["axis"] % rank
+    parts = op.gs.concat_parts.get(getattr(g, "ref", None))
+    if parts is not None and ax == 1 and parts[0] == [op.input(k).shape[ax] for k in range(op.n_inputs)]:
+        return list(parts[1])       # g is the concat of these pieces' gradients (_matmul_grad)
     out, start = [], 0
     for k in range(op.n_inputs):
         d = op.input(k).shape[ax]
