@@ -78,10 +78,16 @@ class LoopBuffers:
         gl, it = self.gen.lines, f"it{lp.a.fid}"
         for m, (i, shape) in lp.parity.items():     # the codegen's exit line (in the loop) of loop variable m
             b0, b1 = (f"B{i}_0m", f"B{i}_1m") if shape is None else (f"H.reshape(B{i}_{p}m, {shape})" for p in "01")
+            found = 0
             for k in range(lp.pos, len(gl)):
                 head, _, rest = gl[k].partition("x")
                 if not head.strip() and rest.startswith(f"{lp.a.fid}_") and rest.endswith(f" = v{m}_0"):
                     gl[k] = f"{gl[k]} if {it} == 0 else ({b0} if {it} % 2 == 1 else {b1})"
+                    found += 1
+            if found != self._exits(m):      # never let an alias leave the loop: compile the frame without it
+                from dfc.runtime.compiled.codegen import Blocked
+                raise Blocked(None, f"internal: loop variable {self.gen.plan.nodes[m].name} leaves its loop "
+                                    f"{self._exits(m)} time(s) but {found} exit line(s) were found for its buffers")
         # an owner named after the loop lives until then; one made at the top and named inside an outer loop
         # lives until that loop is done
         gl.extend(f"{lp.ind}H.keep({x.split(' = ')[0]})" for x in lp.once + lp.each if x.split(" = ")[0][-1] == "m")
@@ -153,6 +159,12 @@ class LoopBuffers:
             return all(self.gen._type(dst, k, "output").ndim == 0 for k in range(len(p.out_edges[dst])))
         return op in VIEWS and len(p.out_edges[dst]) == 1 and all(self._reads(d, items) for d, _ in
                                                                   p.out_edges[dst][0])
+
+    def _exits(self, m):
+        """How many Exits loop variable m (a Merge) leaves its loop through."""
+        p = self.gen.plan
+        switch = p.out_edges[m][0][0][0]
+        return sum(p.kind[d] == EXIT for d, _ in p.out_edges[switch][0])
 
     def _carried(self, uses, a, items):
         """The loop variable (its Merge node) a value with these uses is passed to, if the value is read within
