@@ -47,13 +47,20 @@ REDUCTIONS = frozenset({"Sum", "Prod", "Max", "Min", "All", "Any", "Mean"})
 
 class _Loop:
     """A loop frame being emitted: its analysis, node items, where its `while True:` goes and at which
-    indentation; the statements making its temporaries' buffers and views of them (`once`) and its parity
-    buffers (`each`); {value name: the temporary's buffer or view it is}; {Merge node: (the node whose value
-    is in the parity buffers, the shape a flat one is seen with or None)}."""
+    indentation; the (name, expression) assignments making its temporaries' buffers and views of them
+    (`once`) and its parity buffers (`each`); the owners among those names (the allocated arrays); {value
+    name: the temporary's buffer or view it is}; {Merge node: (the node whose value is in the parity
+    buffers, the shape a flat one is seen with or None)}."""
 
     def __init__(self, a, items, pos, ind):
         self.a, self.items, self.pos, self.ind = a, items, pos, ind
-        self.once, self.each, self.exact, self.parity = [], [], {}, {}
+        self.once, self.each, self.owners, self.exact, self.parity = [], [], [], {}, {}
+
+    def buffer(self, to, alias, alloc):
+        """Assignments (appended to list `to`) allocating owner `alias`m and making `alias` its unmanaged alias
+        (helpers.unmanaged)."""
+        to += [(f"{alias}m", alloc), (alias, f"H.unmanaged({alias}m)")]
+        self.owners.append(f"{alias}m")
 
 
 class LoopBuffers:
@@ -73,30 +80,25 @@ class LoopBuffers:
         (a nested loop's temporaries once, at the top of the function: they never leave an iteration), their
         owners kept after it, and a loop variable in parity buffers leaves the loop as its owner."""
         lp = self._open.pop()
-        if not (lp.once or lp.each):
+        if not lp.owners:
             return
-        gl, it = self.gen.lines, f"it{lp.a.fid}"
-        for m, (i, shape) in lp.parity.items():     # the codegen's exit line (in the loop) of loop variable m
-            b0, b1 = (f"B{i}_0m", f"B{i}_1m") if shape is None else (f"H.reshape(B{i}_{p}m, {shape})" for p in "01")
-            found = 0
-            for k in range(lp.pos, len(gl)):
-                head, _, rest = gl[k].partition("x")
-                if not head.strip() and rest.startswith(f"{lp.a.fid}_") and rest.endswith(f" = v{m}_0"):
-                    gl[k] = f"{gl[k]} if {it} == 0 else ({b0} if {it} % 2 == 1 else {b1})"
-                    found += 1
-            if found != self._exits(m):      # never let an alias leave the loop: compile the frame without it
-                from dfc.runtime.compiled.codegen import Blocked
-                raise Blocked(None, f"internal: loop variable {self.gen.plan.nodes[m].name} leaves its loop "
-                                    f"{self._exits(m)} time(s) but {found} exit line(s) were found for its buffers")
+        a, p, gl, ind = lp.a, self.gen.plan, self.gen.lines, lp.ind
+        for k, e in enumerate(a.exits):     # the codegen's Exit value x (the alias, after an iteration): its owner
+            m = a.switches[p.ins[e][0][0]]
+            if m in lp.parity:
+                i, shape = lp.parity[m]
+                b0, b1 = (f"B{i}_0m", f"B{i}_1m") if shape is None else (f"H.reshape(B{i}_{q}m, {shape})" for q in "01")
+                gl.append(f"{ind}if it{a.fid} > 0 and not dx{a.fid}_{k}:")
+                gl.append(f"{ind}    x{a.fid}_{k} = {b0} if it{a.fid} % 2 == 1 else {b1}")
         # an owner named after the loop lives until then; one made at the top and named inside an outer loop
         # lives until that loop is done
-        gl.extend(f"{lp.ind}H.keep({x.split(' = ')[0]})" for x in lp.once + lp.each if x.split(" = ")[0][-1] == "m")
+        gl.extend(f"{ind}H.keep({b})" for b in lp.owners)
         here = lp.each
         if self._open:
-            self.gen.placeholders.update(x.split(" = ", 1) for x in lp.once)
+            self.gen.placeholders.update(lp.once)
         else:
             here = lp.once + here
-        gl[lp.pos:lp.pos] = [lp.ind + x for x in here]
+        gl[lp.pos:lp.pos] = [f"{ind}{name} = {expr}" for name, expr in here]
 
     def get(self, i, t, shaped=False):
         """An expression for the buffer node i's output 0 (Type t) is written into in the innermost loop being
@@ -111,15 +113,15 @@ class LoopBuffers:
         alloc = f"np.empty(({dims}), {scalar_type(t.dtype)})"
         uses = self.gen.plan.out_edges[i][0]
         if all(self._reads(d, lp.items) for d, _ in uses):
-            lp.once += [f"B{i}_m = {alloc}", f"B{i}_ = H.unmanaged(B{i}_m)"]
+            lp.buffer(lp.once, f"B{i}_", alloc)
             if shaped or t.ndim == 1:
                 lp.exact[f"v{i}_0"] = f"B{i}_"
             return f"B{i}_"
         m = self._carried(uses, lp.a, lp.items)
         if m is not None:
             lp.parity[m] = (i, None if shaped or t.ndim == 1 else f"({''.join(f'{d}, ' for d in t.shape)})")
-            lp.each += [f"B{i}_0m = {alloc}", f"B{i}_0 = H.unmanaged(B{i}_0m)",
-                        f"B{i}_1m = {alloc}", f"B{i}_1 = H.unmanaged(B{i}_1m)"]
+            lp.buffer(lp.each, f"B{i}_0", alloc)
+            lp.buffer(lp.each, f"B{i}_1", alloc)
             return f"(B{i}_0 if it{lp.a.fid} % 2 == 0 else B{i}_1)"
         return None
 
@@ -143,7 +145,7 @@ class LoopBuffers:
         lp = self._open[-1]
         if x not in lp.exact:
             return None
-        lp.once.append(f"V{i}_ = H.reshape({lp.exact[x]}, ({''.join(f'{d}, ' for d in t.shape)}))")
+        lp.once.append((f"V{i}_", f"H.reshape({lp.exact[x]}, ({''.join(f'{d}, ' for d in t.shape)}))"))
         lp.exact[f"v{i}_0"] = f"V{i}_"
         return f"V{i}_"
 
@@ -159,12 +161,6 @@ class LoopBuffers:
             return all(self.gen._type(dst, k, "output").ndim == 0 for k in range(len(p.out_edges[dst])))
         return op in VIEWS and len(p.out_edges[dst]) == 1 and all(self._reads(d, items) for d, _ in
                                                                   p.out_edges[dst][0])
-
-    def _exits(self, m):
-        """How many Exits loop variable m (a Merge) leaves its loop through."""
-        p = self.gen.plan
-        switch = p.out_edges[m][0][0][0]
-        return sum(p.kind[d] == EXIT for d, _ in p.out_edges[switch][0])
 
     def _carried(self, uses, a, items):
         """The loop variable (its Merge node) a value with these uses is passed to, if the value is read within
