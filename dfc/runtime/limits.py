@@ -37,6 +37,7 @@ from dfc.runtime.rendezvous import Aborted
 TRACK_BYTES = 1024        # smaller arrays are not followed one by one (their count is bounded by the graph)
 ENTRY_BYTES = 64          # what one stack or TensorArray entry costs besides its array
 SEND_BYTES = 2048         # a value sent ahead of its Recv: the rendezvous entry and the iteration that made it
+_KINDS = {ENTRY_BYTES: "stack and TensorArray entries", SEND_BYTES: "values sent ahead of their Recv"}
 _UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
@@ -64,16 +65,20 @@ class MemoryLimit:
         self.lock = threading.RLock()     # a finalizer may run while the lock is held
         self.counted = {}                 # id(array) -> bytes, while the array lives
         self.in_use = self.peak = 0
-        self.run_bytes = 0          # stack and TensorArray entries of the runs in progress
-        self.runs = {}              # id(kernel context of a run) -> its part of run_bytes
+        self.run_bytes = 0          # stack and TensorArray entries and sent values of the runs in progress
+        self.runs = {}              # id(kernel context of a run) -> {kind: its part of run_bytes}
+        self.held = dict.fromkeys(_KINDS.values(), 0)     # run_bytes by kind, for the error message
 
     @staticmethod
     def of(limit):
         return None if limit is None else MemoryLimit(limit)
 
     def _over(self, node, op, nbytes):
-        return DfcOutOfMemory(f"{op} needs {nbytes} bytes, past the memory limit of {self.limit} bytes "
-                              f"({self.in_use + self.run_bytes} in use)", node=node)
+        # Which kernel trips the limit is chance when other threads fill it: say what holds the memory.
+        parts = [f"{self.in_use} in arrays"] + [f"{n} in {kind}" for kind, n in self.held.items() if n]
+        total = f"{self.in_use + self.run_bytes} bytes in use: {', '.join(parts)}"
+        need = f"needs {nbytes} bytes" if nbytes else "ran"
+        return DfcOutOfMemory(f"{op} {need}, past the memory limit of {self.limit} bytes ({total})", node=node)
 
     def reserve(self, nbytes, node, op):
         """Raise DfcOutOfMemory if `nbytes` more would pass the limit (before allocating them)."""
@@ -112,10 +117,12 @@ class MemoryLimit:
         """A value saved on a stack or in a TensorArray (or sent and not yet received): counted until it is
         taken back or the run (`ctx`: its kernel context, or its partitions' coordinator) ends."""
         n = _entry_bytes(v, overhead)
-        key = id(ctx)
+        key, kind = id(ctx), _KINDS[overhead]
         with self.lock:
             new = key not in self.runs
-            self.runs[key] = self.runs.get(key, 0) + n
+            run = self.runs.setdefault(key, {})
+            run[kind] = run.get(kind, 0) + n
+            self.held[kind] += n
             self.run_bytes += n
             over = self.in_use + self.run_bytes > self.limit
         if new:
@@ -124,15 +131,19 @@ class MemoryLimit:
             raise self._over(node, op, n)
 
     def drop_entry(self, v, ctx, overhead=ENTRY_BYTES):
-        n = _entry_bytes(v, overhead)
+        n, kind = _entry_bytes(v, overhead), _KINDS[overhead]
         with self.lock:
-            if self.runs.get(id(ctx), 0) >= n:
-                self.runs[id(ctx)] -= n
+            run = self.runs.get(id(ctx), {})
+            if run.get(kind, 0) >= n:
+                run[kind] -= n
+                self.held[kind] -= n
                 self.run_bytes -= n
 
     def _end_run(self, key):
         with self.lock:
-            self.run_bytes -= self.runs.pop(key, 0)
+            for kind, n in self.runs.pop(key, {}).items():
+                self.held[kind] -= n
+                self.run_bytes -= n
 
 
 def _entry_bytes(v, overhead):
