@@ -131,7 +131,8 @@ WORKLOADS = (("trivial", trivial_loop), ("ode", ode), ("hmc", hmc), ("gru", gru)
 def table(res):
     c = res["machine"]["conditions"]
     L = [f"Machine: {res['machine']['cpus']} cores {res['machine']['processor']}, {res['machine']['date']}; "
-         f"BLAS threads: {c['blas_threads']}; versions: "
+         f"BLAS threads: {c['blas_threads']}; numpy's OpenBLAS kernels: {c.get('blas_kernels', 'not recorded')}; "
+         f"versions: "
          + ", ".join(f"{k} {v or 'not installed'}" for k, v in c["versions"].items())
          + f"; LSTM competitors: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in res["competitors"].items())
          + f". 1-minute load average at start {c['load_avg_at_start']:.1f}"
@@ -229,6 +230,11 @@ def main(argv=None):
     ap.add_argument("--swap-capacity-mb", default="8", help="accel:0's capacity in the swapping section")
     a = ap.parse_args(argv)
     only = set(a.only.split(","))
+    kernels = harness.blas_kernels()
+    print(f"numpy's OpenBLAS runs its {kernels} kernels", flush=True)
+    if "pinned" in kernels:
+        print("  (a current numpy picks its own when both variables are unset for this command: "
+              "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks)", flush=True)
     os.makedirs(RESULTS, exist_ok=True)
     avail = competitors.ensure(install=a.install_competitors)
     res = {"machine": machine(), "competitors": avail}

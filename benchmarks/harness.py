@@ -37,12 +37,28 @@ def blas_threads():
     return text + f"; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
 
 
+def blas_kernels():
+    """Which kernels numpy's OpenBLAS runs ("SkylakeX", "Haswell", ...: threadpoolctl reads it from the
+    loaded library) and the variables that chose them. This machine's environment pins older OpenBLAS
+    builds to Haswell (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE); a current numpy picks its AVX-512 kernels
+    when both are unset for the benchmark command (README, Benchmarks)."""
+    try:
+        from threadpoolctl import threadpool_info
+        core = next((lib.get("architecture") for lib in threadpool_info() if lib.get("internal_api") == "openblas"),
+                    "not OpenBLAS")
+    except ImportError:
+        core = "unknown (threadpoolctl not installed)"
+    pinned = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
+    return core + (f" (pinned by {', '.join(f'{k}={v}' for k, v in pinned.items())})" if pinned else " (detected)")
+
+
 def conditions():
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count()
     return {"cores": cores, "cpu": platform.processor() or platform.machine(), "blas_threads": blas_threads(),
+            "blas_kernels": blas_kernels(),
             "versions": versions(), "load_avg_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
