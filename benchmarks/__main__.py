@@ -132,6 +132,7 @@ def table(res):
     c = res["machine"]["conditions"]
     L = [f"Machine: {res['machine']['cpus']} cores {res['machine']['processor']}, {res['machine']['date']}; "
          f"BLAS threads: {c['blas_threads']}; numpy's OpenBLAS kernels: {c.get('blas_kernels', 'not recorded')}; "
+         f"{c.get('malloc', 'malloc not recorded')}; "
          f"versions: "
          + ", ".join(f"{k} {v or 'not installed'}" for k, v in c["versions"].items())
          + f"; LSTM competitors: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in res["competitors"].items())

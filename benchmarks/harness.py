@@ -19,6 +19,11 @@ import numpy as np
 # the round-robin; passive waiting keeps the comparison fair (set before torch is imported).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# Every system runs under the malloc settings dfc's first Session makes (dfc/runtime/host_memory.py), from
+# the start of the run: numpy, PyTorch and XLA's CPU buffers come from the same glibc malloc.
+from dfc.runtime.host_memory import keep_freed_memory     # noqa: E402
+MALLOC = keep_freed_memory()
+
 def versions():
     out = {"python": platform.python_version(), "numpy": np.__version__}
     for name in ("jax", "torch", "numba", "dfc"):
@@ -58,7 +63,7 @@ def conditions():
     except (AttributeError, OSError):
         cores = os.cpu_count()
     return {"cores": cores, "cpu": platform.processor() or platform.machine(), "blas_threads": blas_threads(),
-            "blas_kernels": blas_kernels(),
+            "blas_kernels": blas_kernels(), "malloc": MALLOC,
             "versions": versions(), "load_avg_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 

@@ -54,9 +54,21 @@ def run(name, config, timeout=1800):
     try:
         r = subprocess.run([python(), os.path.join(HERE, SCRIPTS[name]), json.dumps(config)],
                            capture_output=True, text=True, timeout=timeout,
-                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                           env=_env())
     except subprocess.TimeoutExpired:
         return {"error": "timed out"}
     if r.returncode:
         return {"error": (r.stderr.strip().splitlines() or ["failed"])[-1][:200]}
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _env():
+    """The competitor's environment: its malloc tuned as dfc's Session tunes this process's (the same
+    conditions for every system, benchmarks/harness.py)."""
+    from benchmarks.harness import MALLOC
+    from dfc.runtime.host_memory import KEPT, TUNABLES
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    if MALLOC == KEPT:
+        env["GLIBC_TUNABLES"] = ":".join(x for x in (env.get("GLIBC_TUNABLES"), TUNABLES) if x)
+    return env
+

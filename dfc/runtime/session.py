@@ -52,7 +52,7 @@ from dfc.errors import DfcInputError, DfcError
 from dfc.ir import dtypes as dt
 from dfc.ir import structure
 from dfc.ir.graph import parse_input
-from dfc.runtime import checkpoints, containers, folding, reference
+from dfc.runtime import checkpoints, containers, folding, host_memory, reference
 from dfc.runtime.executor import Plan, Run, KernelContext, default_printer, Transport, PartitionedRun, check_fetches
 from dfc.runtime.limits import MemoryLimit
 
@@ -103,6 +103,7 @@ class Session:
             raise DfcError("the reference interpreter does not model device memory (memory_caps, track_memory, "
                            "swap_memory); use mode='threads' (num_threads=0 runs every kernel inline)")
         self.graph, self.mode = graph, mode
+        host_memory.keep_freed_memory()     # glibc's malloc keeps freed blocks for the next step (once)
         # Loop fusion is the fast path of "threads" mode; the reference interpreter never fuses.
         self.fuse_loops = (mode == "threads") if fuse_loops is None else bool(fuse_loops)
         # Fused frames compiled to machine code with numba (dfc/runtime/compiled/): True compiles each
