@@ -62,3 +62,21 @@ def test_gru_step_gradient_matches_finite_differences():
         hi = s.call(*a[:8], a[8] + e)[0]
         lo = s.call(*a[:8], a[8] - e)[0]
         assert grads[5][k] == pytest.approx((hi - lo) / (2 * eps), rel=2e-2, abs=2e-3)
+
+
+def test_lstm_comparison_takes_rounds_and_reports_their_range(monkeypatch):
+    # Each round times every system in turn; a system's figure is the median of its round medians.
+    import statistics
+    from benchmarks import __main__ as bench
+    monkeypatch.setattr(harness, "compiled_available", lambda: False)
+    rows = bench.bench_lstm("small", 1, {}, rounds=3)
+    for name in ("numpy (hand-written BPTT)", "dfc (while_loop + dfc.gradients)"):
+        r = rows[name]
+        assert len(r["rounds_ms"]) == 3 and r["rounds_ms"] == sorted(r["rounds_ms"])
+        assert r["ms_per_step"] == statistics.median(r["rounds_ms"])
+    assert rows["dfc (while_loop + dfc.gradients)"]["max_rel_error"] < 1e-5
+    assert rows["JAX (jit + scan + grad)"] == {"error": "not installed"}
+    text = bench.table({"machine": bench.machine(), "competitors": {}, "lstm_small": rows})
+    line = next(x for x in text.splitlines() if x.startswith("| dfc (while_loop"))
+    lo, hi = rows["dfc (while_loop + dfc.gradients)"]["rounds_ms"][::2]
+    assert f"({lo:.1f}–{hi:.1f}, 3 rounds)" in line
