@@ -67,7 +67,7 @@ class MemoryLimit:
         self.in_use = self.peak = 0
         self.run_bytes = 0          # stack and TensorArray entries and sent values of the runs in progress
         self.runs = {}              # id(kernel context of a run) -> {kind: its part of run_bytes}
-        self.held = dict.fromkeys(_KINDS.values(), 0)     # run_bytes by kind, for the error message
+        self.held = {}              # run_bytes by kind, for the error message
 
     @staticmethod
     def of(limit):
@@ -117,12 +117,12 @@ class MemoryLimit:
         """A value saved on a stack or in a TensorArray (or sent and not yet received): counted until it is
         taken back or the run (`ctx`: its kernel context, or its partitions' coordinator) ends."""
         n = _entry_bytes(v, overhead)
-        key, kind = id(ctx), _KINDS[overhead]
+        key, kind = id(ctx), _KINDS.get(overhead, "other saved values")
         with self.lock:
             new = key not in self.runs
             run = self.runs.setdefault(key, {})
             run[kind] = run.get(kind, 0) + n
-            self.held[kind] += n
+            self.held[kind] = self.held.get(kind, 0) + n
             self.run_bytes += n
             over = self.in_use + self.run_bytes > self.limit
         if new:
@@ -131,7 +131,7 @@ class MemoryLimit:
             raise self._over(node, op, n)
 
     def drop_entry(self, v, ctx, overhead=ENTRY_BYTES):
-        n, kind = _entry_bytes(v, overhead), _KINDS[overhead]
+        n, kind = _entry_bytes(v, overhead), _KINDS.get(overhead, "other saved values")
         with self.lock:
             run = self.runs.get(id(ctx), {})
             if run.get(kind, 0) >= n:

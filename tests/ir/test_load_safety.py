@@ -393,8 +393,11 @@ def test_memory_limit_counts_small_values_saved_on_stacks():
                               (0, ta))[1].size()
     g = dfc.trace(f, dfc.TensorSpec([], "int64"))
     for kw in MODES:
-        with pytest.raises(dfc.DfcOutOfMemory):
+        with pytest.raises(dfc.DfcOutOfMemory) as e:
             dfc.Session(g, memory_limit="1MB", **kw).call(np.int64(10 ** 7))
+        m = re.search(r"\((\d+) bytes in use: (\d+) in arrays, (\d+) in stack and TensorArray entries\)", str(e.value))
+        assert m, str(e.value)      # the message says what holds the memory
+        assert int(m.group(1)) == int(m.group(2)) + int(m.group(3)) > 1_000_000 and int(m.group(3)) > 900_000
 
 
 def test_numpy_array_too_big_in_a_kernel_is_out_of_memory():
