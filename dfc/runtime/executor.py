@@ -38,7 +38,7 @@ from dfc.ir.graph import ROOT_FRAME, parse_input
 from dfc.runtime import checkpoints, containers
 from dfc.runtime.devices import Predicates
 from dfc.runtime.kernels import kernel_for
-from dfc.runtime.limits import SEND_BYTES, kernel_error, limit_kernel
+from dfc.runtime.limits import SENT, kernel_error, limit_kernel
 from dfc.runtime.values import DEAD
 
 NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, SEND, RECV, ASYNC = range(9)   # ASYNC: OpDef.async_kernel
@@ -557,7 +557,7 @@ class Run:
 
         def deliver(v):
             if limit is not None:
-                limit.drop_entry(v, coord, SEND_BYTES)
+                limit.drop_entry(v, coord, SENT)
             if trace is not None:
                 trace.transfer(self, i, it.tag, start, "recv")
             coord.post(name, (i, it, None if v is DEAD else (v,), None, None))
@@ -574,7 +574,7 @@ class Run:
         if v is not DEAD and self.p.device is not None:
             v = self.p.device.outgoing(v)       # a GPU value travels with an event recorded after its producer
         if self.p.memory_limit is not None:     # held by the rendezvous until its Recv takes it
-            self.p.memory_limit.add_entry(v, t.coord, self.p.nodes[i].name, "Send", SEND_BYTES)
+            self.p.memory_limit.add_entry(v, t.coord, self.p.nodes[i].name, "Send", SENT)
         start = self.trace.now() if self.trace is not None else None
         try:
             t.rendezvous.send(self.p.xfer[i] + (it.tag,), v)

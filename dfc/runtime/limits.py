@@ -35,9 +35,12 @@ from dfc.runtime.kernels.registry import host
 from dfc.runtime.rendezvous import Aborted
 
 TRACK_BYTES = 1024        # smaller arrays are not followed one by one (their count is bounded by the graph)
-ENTRY_BYTES = 64          # what one stack or TensorArray entry costs besides its array
-SEND_BYTES = 2048         # a value sent ahead of its Recv: the rendezvous entry and the iteration that made it
-_KINDS = {ENTRY_BYTES: "stack and TensorArray entries", SEND_BYTES: "values sent ahead of their Recv"}
+# What a run holds besides its arrays, by kind (named in DfcOutOfMemory), and what one entry of each costs
+# besides its array
+SAVED = "stack and TensorArray entries"
+SENT = "values sent ahead of their Recv"
+_OVERHEAD = {SAVED: 64,       # a stack or TensorArray entry
+             SENT: 2048}      # the rendezvous entry and the iteration that made the value
 _UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
@@ -67,15 +70,17 @@ class MemoryLimit:
         self.in_use = self.peak = 0
         self.run_bytes = 0          # stack and TensorArray entries and sent values of the runs in progress
         self.runs = {}              # id(kernel context of a run) -> {kind: its part of run_bytes}
-        self.held = {}              # run_bytes by kind, for the error message
 
     @staticmethod
     def of(limit):
         return None if limit is None else MemoryLimit(limit)
 
     def _over(self, node, op, nbytes):
-        # Which kernel trips the limit is chance when other threads fill it: say what holds the memory.
-        parts = [f"{self.in_use} in arrays"] + [f"{n} in {kind}" for kind, n in self.held.items() if n]
+        """The error for op passing the limit, with what holds the memory: which kernel trips it is chance when
+        other threads fill it. Called with the lock held, at the check, so the figures are the ones that
+        passed the limit (another thread may free some right after)."""
+        held = {kind: sum(run.get(kind, 0) for run in self.runs.values()) for kind in _OVERHEAD}
+        parts = [f"{self.in_use} in arrays"] + [f"{n} in {kind}" for kind, n in held.items() if n]
         total = f"{self.in_use + self.run_bytes} bytes in use: {', '.join(parts)}"
         need = f"needs {nbytes} bytes" if nbytes else "ran"
         return DfcOutOfMemory(f"{op} {need}, past the memory limit of {self.limit} bytes ({total})", node=node)
@@ -83,7 +88,9 @@ class MemoryLimit:
     def reserve(self, nbytes, node, op):
         """Raise DfcOutOfMemory if `nbytes` more would pass the limit (before allocating them)."""
         if self.in_use + self.run_bytes + nbytes > self.limit:
-            raise self._over(node, op, nbytes)
+            with self.lock:     # the message's figures, as they are now
+                over = self._over(node, op, nbytes)
+            raise over
 
     def track(self, v, node, op):
         """Count array v (numpy, or a GPU's device array) until it is collected."""
@@ -101,54 +108,49 @@ class MemoryLimit:
             self.counted[id(b)] = n
             self.in_use += n
             self.peak = max(self.peak, self.in_use)
-            over = self.in_use + self.run_bytes > self.limit
+            over = self._over(node, op, n) if self.in_use + self.run_bytes > self.limit else None
         try:
             weakref.finalize(b, self._free, id(b))
         except TypeError:       # an array type without weak references: count it for this call only
             self._free(id(b))
-        if over:
-            raise self._over(node, op, n)
+        if over is not None:
+            raise over
 
     def _free(self, key):
         with self.lock:
             self.in_use -= self.counted.pop(key, 0)
 
-    def add_entry(self, v, ctx, node, op, overhead=ENTRY_BYTES):
+    def add_entry(self, v, ctx, node, op, kind=SAVED):
         """A value saved on a stack or in a TensorArray (or sent and not yet received): counted until it is
         taken back or the run (`ctx`: its kernel context, or its partitions' coordinator) ends."""
-        n = _entry_bytes(v, overhead)
-        key, kind = id(ctx), _KINDS.get(overhead, "other saved values")
+        n, key = _entry_bytes(v, kind), id(ctx)
         with self.lock:
             new = key not in self.runs
             run = self.runs.setdefault(key, {})
             run[kind] = run.get(kind, 0) + n
-            self.held[kind] = self.held.get(kind, 0) + n
             self.run_bytes += n
-            over = self.in_use + self.run_bytes > self.limit
+            over = self._over(node, op, n) if self.in_use + self.run_bytes > self.limit else None
         if new:
             weakref.finalize(ctx, self._end_run, key)
-        if over:
-            raise self._over(node, op, n)
+        if over is not None:
+            raise over
 
-    def drop_entry(self, v, ctx, overhead=ENTRY_BYTES):
-        n, kind = _entry_bytes(v, overhead), _KINDS.get(overhead, "other saved values")
+    def drop_entry(self, v, ctx, kind=SAVED):
+        n = _entry_bytes(v, kind)
         with self.lock:
             run = self.runs.get(id(ctx), {})
             if run.get(kind, 0) >= n:
                 run[kind] -= n
-                self.held[kind] -= n
                 self.run_bytes -= n
 
     def _end_run(self, key):
         with self.lock:
-            for kind, n in self.runs.pop(key, {}).items():
-                self.held[kind] -= n
-                self.run_bytes -= n
+            self.run_bytes -= sum(self.runs.pop(key, {}).values())
 
 
-def _entry_bytes(v, overhead):
+def _entry_bytes(v, kind):
     nbytes = getattr(v, "nbytes", 0)
-    return overhead + (nbytes if nbytes < TRACK_BYTES else 0)     # larger arrays are tracked already
+    return _OVERHEAD[kind] + (nbytes if nbytes < TRACK_BYTES else 0)     # larger arrays are tracked already
 
 
 # ------------------------------------------------------------------ what a kernel will allocate
