@@ -62,14 +62,15 @@ def bench_lstm(size, reps, avail, rounds=3):
     system the median of its round medians, and their range ("rounds_ms")."""
     per_round = [bench_lstm_round(size, reps, avail) for _ in range(rounds)]
     rows = {}
-    for name, first in per_round[0].items():
-        runs = [r[name] for r in per_round if "ms_per_step" in r.get(name, {})]
-        if len(runs) < rounds:
-            rows[name] = next((r[name] for r in per_round if "ms_per_step" not in r.get(name, {})), first)
+    for name in per_round[0]:           # every round has a row for every system
+        runs = [r[name] for r in per_round]
+        failed = [run for run in runs if "ms_per_step" not in run]
+        if failed:                      # missing, or failed in some round: say why
+            rows[name] = failed[0]
             continue
-        ms = sorted(r["ms_per_step"] for r in runs)
+        ms = sorted(run["ms_per_step"] for run in runs)
         rows[name] = {"ms_per_step": statistics.median(ms), "rounds_ms": ms,
-                      "max_rel_error": max(r.get("max_rel_error", 0.0) for r in runs)}
+                      "max_rel_error": max(run.get("max_rel_error", 0.0) for run in runs)}
     return rows
 
 
@@ -158,7 +159,7 @@ def table(res):
          + " (the machine is shared: other processes take cores).", ""]
     for r in res.get("reruns", ()):
         L += [f"Sections {r['sections']} rerun at {r['conditions']['date']} (`--merge`), load "
-                    f"{r['conditions']['load_avg_at_start']:.1f} at their start.", ""]
+              f"{r['conditions']['load_avg_at_start']:.1f} at their start.", ""]
     for key, mod in WORKLOADS:
         if key in res:
             L.append(mod.report(res[key]))
