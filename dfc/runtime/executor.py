@@ -176,6 +176,23 @@ class Plan:
                     # compiled code runs every kernel inline anyway (a matmul's BLAS uses its own threads):
                     # no run of the scheduler first, which would compile the frames one by one too
                     self.root_inline = self.root_inline or self.root_program is not rp
+        self.chains, self.pooled = {}, ()       # pooled: chains that go to the pool whatever their inputs' size
+        if overlap and not self.mem_accounting and (device is None or not device.device_arrays):
+            self._chains()
+
+    def _chains(self):
+        """Chains of pure kernels in the loop frames the scheduler runs become one kernel each
+        (dfc/runtime/chains.py): one pool round trip instead of one per kernel."""
+        general = set()
+        for fid in range(1, len(self.frame_names)):
+            f = fid
+            while f > 0 and f not in self.programs:
+                f = self.frame_parent[f]
+            if f <= 0:
+                general.add(fid)
+        if general:
+            from dfc.runtime.chains import build_chains
+            self.chains, self.pooled = build_chains(self, general, HEAVY_ELEMENTS)
 
     def _index(self, graph, wanted, feed_names, frame_ids):
         """The nodes the run needs, numbered; frames numbered (the root is 0)."""
@@ -415,7 +432,7 @@ class Run:
                 raise error
 
     def _loop_pool(self, ready):
-        kern, ctx, heavy, kind = self.kern, self.ctx, self.p.heavy, self.p.kind
+        kern, ctx, heavy, kind, pooled = self.kern, self.ctx, self.p.heavy, self.p.kind, self.p.pooled
         done, transport = self._done, self.transport
         error = None
 
@@ -444,7 +461,8 @@ class Run:
                     self._post_recv(i, it)
                 elif kind[i] == ASYNC and not st.dead:
                     self._start_async(i, it, st)
-                elif heavy[i] and not st.dead and sum(getattr(a, "size", 1) for a in st.args) >= HEAVY_ELEMENTS:
+                elif heavy[i] and not st.dead and (sum(getattr(a, "size", 1) for a in st.args) >= HEAVY_ELEMENTS
+                                                   or i in pooled):
                     if not it.tag:
                         self.root_pooled = True
                     if transport is not None:

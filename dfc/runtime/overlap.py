@@ -24,6 +24,10 @@ x[k], or a matmul whose result only flows into an accumulator) can run while the
 starts. A frame that runs on the general path keeps its enclosing frames off the fused path too
 (a fused frame calls the frames nested in it directly).
 
+On the general path each chain of pure kernels (an iteration's matmul -> tanh -> matmul -> ... -> sum)
+runs as one pool task (dfc/runtime/chains.py), so an iteration's dependent kernels do not wait for the
+scheduler thread between them.
+
 Both paths give identical values (the tests compare every path with the reference interpreter).
 """
 from dfc.ir import ops as opreg

@@ -166,7 +166,9 @@ class Trace:
         fed = set(p.feed_index.values())
         for i, k in enumerate(run.kern):
             if k is not None and i not in fed:
-                run.kern[i] = self._traced_kernel(k, p, i, device)
+                chain = getattr(k, "with_kernels", None)       # a chain (chains.py): a span per member
+                run.kern[i] = self._traced_kernel(k, p, i, device) if chain is None else \
+                    chain(lambda j, kern: self._traced_kernel(kern, p, j, device))
 
     def _traced_kernel(self, kern, plan, i, device):
         node = plan.nodes[i]

@@ -83,12 +83,9 @@ def _instrument(plan, op, parties):
     together (a barrier with a timeout: if the iterations did not overlap it breaks, the run fails)."""
     lock, state = threading.Lock(), {"now": 0, "max": 0, "calls": 0, "frames": set(), "together": set()}
     barrier = threading.Barrier(parties, timeout=20)
-    for i, node in enumerate(plan.nodes):
-        if node.op != op:
-            continue
-        kern, frame = plan.kern[i], plan.frame_names[plan.fid[i]]
 
-        def wrapped(ctx, args, kern=kern, frame=frame):
+    def wrap(kern, frame):
+        def wrapped(ctx, args):
             with lock:
                 state["now"] += 1
                 state["calls"] += 1
@@ -103,8 +100,24 @@ def _instrument(plan, op, parties):
                 with lock:
                     state["now"] -= 1
                     state["frames"].discard(frame)
-        plan.kern[i] = wrapped
+        return wrapped
+    _replace_kernels(plan, op, wrap)
     return state
+
+
+def _replace_kernels(plan, op, wrap):
+    """Replace the kernel of every `op` node by wrap(kernel, frame name); a member of a chain runs inside
+    its chain's kernel (dfc/runtime/chains.py), so it is replaced there."""
+    in_chain = {m: (plan.kern[h], pos) for h, members in plan.chains.items() for pos, m in enumerate(members)}
+    for i, node in enumerate(plan.nodes):
+        if node.op != op:
+            continue
+        chain, pos = in_chain.get(i, (None, 0))
+        kern, frame = plan.kern[i] if chain is None else chain.kernels[pos], plan.frame_names[plan.fid[i]]
+        if chain is None:
+            plan.kern[i] = wrap(kern, frame)
+        else:
+            chain.kernels[pos] = wrap(kern, frame)
 
 
 def test_heavy_frame_overlaps_only_with_parallel_iterations_and_a_pool():
@@ -209,12 +222,9 @@ def test_two_independent_loops_run_at_the_same_time():
     ref = s.call(a, b)
     plan = _plan(s, g)
     cond, active, state = threading.Condition(), {}, {"together": False}
-    for i, node in enumerate(plan.nodes):
-        if node.op != "MatMul":
-            continue
-        kern, frame = plan.kern[i], plan.frame_names[plan.fid[i]]
 
-        def gate(ctx, args, kern=kern, frame=frame):
+    def wrap(kern, frame):
+        def gate(ctx, args):
             # each matmul waits (at most 20 s) until a matmul of the other loop is running too
             with cond:
                 active[frame] = active.get(frame, 0) + 1
@@ -227,7 +237,8 @@ def test_two_independent_loops_run_at_the_same_time():
             finally:
                 with cond:
                     active[frame] -= 1
-        plan.kern[i] = gate
+        return gate
+    _replace_kernels(plan, "MatMul", wrap)
     got = s.call(a, b)
     assert len(active) == 2 and state["together"]       # a matmul of each loop ran at once
     for x, y in zip(got, ref):
