@@ -25,6 +25,7 @@ of a run with a kernel pool and without byte accounting (whose counts follow eac
 from dfc.ir import ops as opreg
 from dfc.ir.graph import parse_input
 from dfc.runtime.limits import kernel_error
+from dfc.runtime.overlap import static_types
 
 NORMAL, ENTER = 0, 3       # the executor's kinds (dfc/runtime/executor.py)
 _TAGGED = frozenset({"RandomUniform", "RandomNormal", "TensorArrayWrite", "TensorArrayUnstack", "TensorArrayScatter"})
@@ -70,7 +71,7 @@ def build_chains(plan, fids, heavy_elements):
     to the pool."""
     members = [i for i in _order(plan, fids) if _eligible(plan, i)]
     eligible = set(members)
-    types = _types(plan.graph)
+    types = static_types(plan.graph)
     taken, chains, pooled = set(), {}, set()
     for head in members:
         if head in taken:
@@ -99,13 +100,6 @@ def build_chains(plan, fids, heavy_elements):
             if big:
                 pooled.add(head)
     return chains, pooled
-
-
-def _types(graph):
-    try:
-        return graph.infer_types()
-    except Exception:       # noqa: BLE001 — no static types: no heavy member joins a chain
-        return {}
 
 
 def _input_elements(node, types):

@@ -57,7 +57,7 @@ def blas_threads():
 def overlapping_frames(plan, reasons=None):
     """The frame ids (among plan.programs) that should run on the general path to overlap iterations;
     `reasons` (a dict) gets fid -> why, naming the heavy node."""
-    types = _types(plan.graph)
+    types = static_types(plan.graph)
     multi_blas = blas_threads() > 1
     out = set()
     for fid in range(1, len(plan.frame_names)):
@@ -79,10 +79,12 @@ def overlapping_frames(plan, reasons=None):
     return out
 
 
-def _types(graph):
+def static_types(graph):
+    """The graph's static types by node name, or {} where they cannot be inferred (nothing is then known
+    to be large: no frame counts as heavy here, no heavy member joins a chain in chains.py)."""
     try:
         return graph.infer_types()
-    except Exception:       # noqa: BLE001 — no static types: no frame is known to be heavy
+    except Exception:       # noqa: BLE001
         return {}
 
 

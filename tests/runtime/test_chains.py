@@ -10,6 +10,7 @@ from dfc.errors import DfcError
 from dfc.ir import structure
 from dfc.runtime.chains import ChainKernel
 
+from benchmarks.parallel_iterations import build
 from tests.conftest import run_all_modes
 
 # chains are built for the CPU kernel pool; a GPU (or the strict test device) has none
@@ -36,15 +37,8 @@ def _chain_ops(s, g):
 
 def _body_graph(n_iter):
     """Each iteration: three matmul+tanh on its own scaled copy of `a`, summed into an accumulator (the
-    Figure 12 benchmark's body)."""
-    def f(a):
-        def body(i, acc):
-            m = a * dfc.cast(i + 1, "float32")
-            for _ in range(3):
-                m = dfc.tanh(m @ a)
-            return i + 1, acc + dfc.reduce_sum(m)
-        return dfc.while_loop(lambda i, acc: i < n_iter, body, (0, dfc.constant(np.float32(0))))[1]
-    return dfc.trace(f, dfc.TensorSpec([N, N], "float32"))
+    Figure 12 benchmark's graph, at N x N)."""
+    return build(n_iter, N)
 
 
 def _matrix(seed=0, n=N):
