@@ -290,8 +290,8 @@ class Session:
         sig = self.graph.signature
         fetches = [leaf["ref"] for leaf in structure.leaves(sig.get("outputs"))]
         feeds = {i["node"] for i in sig.get("inputs", [])}
-        plan = Plan(self.graph, fetches, feeds, tuple(sig.get("targets", [])), fuse=False,
-                    parallel_iterations=self.parallel_iterations)
+        targets = tuple(sig.get("targets", []))
+        plan = Plan(self.graph, fetches, feeds, targets, fuse=False, parallel_iterations=self.parallel_iterations)
         out = describe(plan)
         if self.fuse_loops and self._num_threads > 0:
             from dfc.runtime.overlap import overlapping_frames
@@ -300,6 +300,13 @@ class Session:
             for fid, why in reasons.items():
                 if not out.get(plan.frame_names[fid], "").startswith("# not fused"):
                     out[plan.frame_names[fid]] = f"# not fused: {why}"
+            if reasons:     # the chains the scheduler runs as one task each there (chains.py)
+                run = Plan(self._folded(fetches, feeds, targets) if self.placement is None else self.graph,
+                           fetches, feeds, targets, fuse=True, overlap=True, parallel_iterations=self.parallel_iterations)
+                for members in run.chains.values():
+                    name = run.frame_names[run.fid[members[0]]]
+                    if out.get(name, "").startswith("# not fused"):
+                        out[name] += "\n# chain (one task): " + " -> ".join(run.nodes[i].name for i in members)
         return out
 
     def compiled_frames(self):

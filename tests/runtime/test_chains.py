@@ -250,3 +250,16 @@ def test_with_unknown_shapes_a_heavy_member_starts_its_own_chain():
     ops = _chain_ops(s, g)
     assert ["Add", "Cast"] in ops and not any("Mul" in c and c[0] != "Mul" for c in ops)
     np.testing.assert_array_equal(run_all_modes(g, _matrix()), got)
+
+
+def test_fused_frames_name_the_chains_of_an_overlapping_frame(monkeypatch):
+    from dfc.runtime import overlap
+    monkeypatch.setattr(overlap, "OVERLAP_WORK", N ** 3)        # a 128-sized body overlaps (as in
+    monkeypatch.setattr(overlap, "blas_threads", lambda: 1)     # test_parallel_iterations.py)
+    g = _body_graph(3)
+    [src] = dfc.Session(g, num_threads=2).fused_frames().values()
+    assert src.startswith("# not fused: runs on the general path to overlap iterations")
+    chains = sorted(x.split(": ")[1].split(" -> ") for x in src.splitlines() if x.startswith("# chain (one task): "))
+    assert [c[3:] for c in chains if "matmul" in c] == [["matmul", "tanh", "matmul_1", "tanh_1", "matmul_2", "tanh_2",
+                                                         "sum"]]
+    assert ["less", "while_loop_cond"] in chains
