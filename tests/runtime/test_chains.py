@@ -263,3 +263,37 @@ def test_fused_frames_name_the_chains_of_an_overlapping_frame(monkeypatch):
     assert [c[3:] for c in chains if "matmul" in c] == [["matmul", "tanh", "matmul_1", "tanh_1", "matmul_2", "tanh_2",
                                                          "sum"]]
     assert ["less", "while_loop_cond"] in chains
+
+
+@pytest.mark.parametrize("compile_loops", [False, True])
+def test_a_chain_fed_by_a_fused_inner_loop_in_an_overlapping_frame(monkeypatch, compile_loops):
+    # the inner loop is light (fused, or compiled to machine code) and nested in a heavy outer loop that
+    # overlaps its iterations; the inner loop's result enters a chain twice (its first node and, as a value
+    # the chain already has, a later member), so the chain takes over one of the Exit's edges
+    from dfc.runtime import overlap
+    monkeypatch.setattr(overlap, "OVERLAP_WORK", N ** 3)
+    monkeypatch.setattr(overlap, "blas_threads", lambda: 1)
+
+    def f(a):
+        def body(i, acc):
+            e = dfc.while_loop(lambda j, v: j < 3, lambda j, v: (j + 1, v * 0.5 + 1.0),
+                               (0, dfc.cast(i, "float32")))[1]
+            u = dfc.matmul(dfc.tanh(a * e), a) * e
+            return i + 1, acc + dfc.reduce_sum(u)
+        return dfc.while_loop(lambda i, acc: i < 4, body, (0, dfc.constant(np.float32(0))))[1]
+    g = dfc.trace(f, dfc.TensorSpec([N, N], "float32"))
+    a = _matrix()
+    s = dfc.Session(g, num_threads=2, compile_loops=compile_loops)
+    got = s.call(a)
+    p = _plan(s, g)
+    assert p.programs and any(["Mul", "Tanh", "MatMul", "Mul"] == [p.nodes[i].op for i in m][:4]
+                              for m in p.chains.values())
+    np.testing.assert_array_equal(got, dfc.Session(g, mode="reference").call(a))
+    np.testing.assert_array_equal(s.call(a), got)
+    want = np.float32(0)
+    for i in range(4):
+        e = np.float32(i)
+        for _ in range(3):
+            e = e * np.float32(0.5) + np.float32(1)
+        want = want + ((np.tanh(a * e) @ a) * e).sum(dtype=np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
