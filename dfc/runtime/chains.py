@@ -20,7 +20,8 @@ the chain's output dead, as it made every node after it dead; an error names the
 failed; a traced run (trace.py) still has one span per member. Members are plain stateless kernels
 only (not fetched or fed, no control edges inside the chain, not stateful, asynchronous, a transfer
 or an op that reads the iteration tag). Plan uses chains only for loop frames on the general path
-of a run with a kernel pool and without byte accounting (whose counts follow each node).
+of a run with a kernel pool and without byte accounting (whose counts follow each node), and not
+with DFC_CHAINS=0 in the environment (each kernel its own task, as before: for comparisons).
 """
 from dfc.ir import ops as opreg
 from dfc.ir.graph import parse_input

@@ -26,6 +26,7 @@ reference counted from the node that makes it until its last consumer is done.
 """
 import collections
 import contextlib
+import os
 import queue
 import sys
 
@@ -177,7 +178,8 @@ class Plan:
                     # no run of the scheduler first, which would compile the frames one by one too
                     self.root_inline = self.root_inline or self.root_program is not rp
         self.chains, self.pooled = {}, ()       # pooled: chains that go to the pool whatever their inputs' size
-        if overlap and not self.mem_accounting and (device is None or not device.device_arrays):
+        if overlap and not self.mem_accounting and (device is None or not device.device_arrays) and \
+                os.environ.get("DFC_CHAINS", "1").strip().lower() not in ("0", "false", "no", "off"):
             self._chains()
 
     def _chains(self):

@@ -109,12 +109,19 @@ def test_chains_stop_at_a_value_used_twice_and_at_a_late_input():
     np.testing.assert_array_equal(run_all_modes(g, a, b), got)
 
 
-def test_no_chains_without_a_pool_or_on_fused_frames():
+def test_no_chains_without_a_pool_or_on_fused_frames_or_when_turned_off(monkeypatch):
     g = _body_graph(3)
     for kw in (dict(fuse_loops=False, num_threads=0), dict(fuse_loops=True, num_threads=2)):
         s = dfc.Session(g, **kw)
         s.call(_matrix())
         assert _plan(s, g).chains == {}, kw
+    with_chains = _general(g)
+    want = with_chains.call(_matrix())
+    assert _plan(with_chains, g).chains
+    monkeypatch.setenv("DFC_CHAINS", "0")
+    s = _general(g)
+    np.testing.assert_array_equal(s.call(_matrix()), want)
+    assert _plan(s, g).chains == {}
 
 
 def test_a_chain_inside_a_cond_is_dead_when_its_branch_is_not_taken():
