@@ -26,10 +26,10 @@ with DFC_CHAINS=0 in the environment (each kernel its own task, as before: for c
 from dfc.ir import ops as opreg
 from dfc.ir.graph import parse_input
 from dfc.runtime.limits import kernel_error
+from dfc.runtime.fused import _TAGGED_OPS     # ops whose kernels read the iteration tag (ctx.tag)
 from dfc.runtime.overlap import static_types
 
-NORMAL, ENTER = 0, 3       # the executor's kinds (dfc/runtime/executor.py)
-_TAGGED = frozenset({"RandomUniform", "RandomNormal", "TensorArrayWrite", "TensorArrayUnstack", "TensorArrayScatter"})
+NORMAL, MERGE, ENTER = 0, 2, 3       # the executor's kinds (dfc/runtime/executor.py)
 
 
 class ChainKernel:
@@ -126,9 +126,9 @@ def _order(plan, fids):
     nodes = [i for i in range(len(plan.nodes)) if plan.fid[i] in fids]
     inside = set(nodes)
     indeg = {i: sum(1 for s, _ in plan.ins[i] if s in inside) + sum(1 for s in plan.ctrl_ins[i] if s in inside)
-             for i in nodes if plan.kind[i] != 2}      # 2: MERGE, whose back edge would make a cycle
+             for i in nodes if plan.kind[i] != MERGE}      # a Merge's back edge would make a cycle
     for i in nodes:
-        if plan.kind[i] == 2:
+        if plan.kind[i] == MERGE:
             indeg[i] = 0
     ready = [i for i in nodes if indeg[i] == 0]
     order = []
@@ -137,12 +137,12 @@ def _order(plan, fids):
         order.append(i)
         for port in plan.out_edges[i]:
             for dst, _ in port:
-                if dst in indeg and plan.kind[dst] != 2:
+                if dst in indeg and plan.kind[dst] != MERGE:
                     indeg[dst] -= 1
                     if indeg[dst] == 0:
                         ready.append(dst)
         for dst in plan.ctrl_outs[i]:
-            if dst in indeg and plan.kind[dst] != 2:
+            if dst in indeg and plan.kind[dst] != MERGE:
                 indeg[dst] -= 1
                 if indeg[dst] == 0:
                     ready.append(dst)
@@ -154,7 +154,7 @@ def _eligible(plan, i):
         return False
     op = plan.nodes[i].op
     d = opreg.get(op)
-    return not (d.stateful or d.async_kernel or d.in_executor or op in _TAGGED or op in ("Send", "Recv", "Const"))
+    return not (d.stateful or d.async_kernel or d.in_executor or op in _TAGGED_OPS or op in ("Send", "Recv", "Const"))
 
 
 def _sole_consumer(plan, i):

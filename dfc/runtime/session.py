@@ -301,8 +301,9 @@ class Session:
                 if not out.get(plan.frame_names[fid], "").startswith("# not fused"):
                     out[plan.frame_names[fid]] = f"# not fused: {why}"
             if reasons:     # the chains the scheduler runs as one task each there (chains.py)
-                run = Plan(self._folded(fetches, feeds, targets) if self.placement is None else self.graph,
-                           fetches, feeds, targets, fuse=True, overlap=True, parallel_iterations=self.parallel_iterations)
+                graph = self._folded(fetches, feeds, targets) if self.placement is None else self.graph
+                run = Plan(graph, fetches, feeds, targets, fuse=True, overlap=True,
+                           parallel_iterations=self.parallel_iterations)
                 for members in run.chains.values():
                     name = run.frame_names[run.fid[members[0]]]
                     if out.get(name, "").startswith("# not fused"):

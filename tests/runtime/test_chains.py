@@ -41,6 +41,13 @@ def _body_graph(n_iter):
     return build(n_iter, N)
 
 
+def _trace(path):
+    """A trace file's lanes ((pid, tid) -> thread name) and kernel spans."""
+    events = json.load(open(path))["traceEvents"]
+    lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    return lanes, [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+
+
 def _matrix(seed=0, n=N):
     return (np.random.default_rng(seed).standard_normal((n, n)) / n).astype(np.float32)
 
@@ -195,9 +202,7 @@ def test_a_traced_run_has_a_span_per_chain_member(tmp_path):
     s = _general(g, trace=str(out))
     s.call(_matrix())
     assert _plan(s, g).chains
-    events = json.load(open(out))["traceEvents"]
-    lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
-    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    lanes, kernels = _trace(out)
     for it in range(3):
         mine = sorted((k for k in kernels if k["args"].get("iteration") == it and k["args"]["op"] in ("MatMul", "Tanh")),
                       key=lambda k: k["ts"])
@@ -236,9 +241,8 @@ def test_a_chain_that_makes_a_large_value_from_small_inputs_still_goes_to_the_po
     p = _plan(s, g)
     [head] = [h for h, m in p.chains.items() if "Tanh" in [p.nodes[i].op for i in m]]
     assert head in p.pooled
-    events = json.load(open(out))["traceEvents"]
-    lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
-    tanhs = [e for e in events if e.get("ph") == "X" and e.get("args", {}).get("op") == "Tanh"]
+    lanes, kernels = _trace(out)
+    tanhs = [e for e in kernels if e["args"]["op"] == "Tanh"]
     assert len(tanhs) == 4 and all(lanes[(e["pid"], e["tid"])].startswith("pool") for e in tanhs)
     want = sum(np.float32(N * N) * np.tanh(np.float32(0.001) * np.float32(i + 1)) for i in range(4))
     np.testing.assert_allclose(got, want, rtol=1e-4)
