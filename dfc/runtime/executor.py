@@ -871,7 +871,7 @@ class Run:
     def _collect_pending(self, it, names):
         for dst, st in it.states.items():
             if st is not FIRED:
-                names.append(self.p.nodes[dst].name)
+                names.append(self._pending_name(dst, st))
         for key, child in it.children.items():
             if isinstance(key, tuple):      # a fused frame still collecting its Enter values
                 fname = self.p.frame_names[key[1]]
@@ -882,6 +882,20 @@ class Run:
                 names.append(f"frame {fname} (waiting for {child.pending_enters} Enter value(s))")
             for sub in child.iters.values():
                 self._collect_pending(sub, names)
+
+    def _pending_name(self, i, st):
+        """The name of node i, waiting with pending state st; for a chain (chains.py), its member whose
+        input is missing, and the chain's first node."""
+        p = self.p
+        chain = p.chains.get(i)
+        if chain is not None:
+            missing = {k for k, a in enumerate(st.args) if a is None}
+            for member, spec in zip(chain, p.kern[i].specs):
+                if missing.intersection(spec):
+                    if member != i:
+                        return f"{p.nodes[member].name} (in the chain from {p.nodes[i].name})"
+                    break
+        return p.nodes[i].name
 
 
 def predicate(v, node, truth=None):

@@ -308,3 +308,25 @@ def test_a_chain_fed_by_a_fused_inner_loop_in_an_overlapping_frame(monkeypatch, 
             e = e * np.float32(0.5) + np.float32(1)
         want = want + ((np.tanh(a * e) @ a) * e).sum(dtype=np.float32)
     np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_a_stuck_chain_is_reported_by_the_member_that_waits():
+    # a chain waits for all its inputs at its first node; when one never comes, the deadlock error names
+    # the member that reads it. Here the loop invariant of `* x` is cut off by hand, and the frame waits for
+    # one Enter more than it gets (as in test_session.py), so its iterations stay to be reported
+    from concurrent.futures import ThreadPoolExecutor
+    from dfc.runtime.executor import KernelContext, Plan, Run
+
+    def f(x, n):
+        return dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, dfc.tanh(s) * x), (0, x))[1]
+    g = dfc.trace(f, dfc.TensorSpec([N, N], "float32"), dfc.TensorSpec([], "int64"))
+    fetch = structure.leaves(g.signature["outputs"])[0]["ref"]
+    plan = Plan(g, [fetch], {"x", "n"}, (), overlap=True)
+    [(head, members)] = [(h, m) for h, m in plan.chains.items() if "Mul" in [plan.nodes[i].op for i in m]]
+    mul = next(i for i in members if plan.nodes[i].op == "Mul")
+    [(inv, slot)] = [(s, k) for k, (s, _) in enumerate(plan.ins[head]) if plan.is_constant[s]]
+    plan.out_edges[inv][0].remove((head, slot))
+    plan.enter_count[plan.fid[head]] += 1
+    with ThreadPoolExecutor(2) as pool, pytest.raises(dfc.DfcDeadlockError, match="still waiting") as e:
+        Run(plan, {"x": _matrix(), "n": np.int64(3)}, KernelContext(None, 1, print), pool=pool).execute()
+    assert f"{plan.nodes[mul].name} (in the chain from {plan.nodes[head].name})" in str(e.value), str(e.value)
