@@ -24,6 +24,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from dfc.runtime.host_memory import keep_freed_memory     # noqa: E402
 MALLOC = keep_freed_memory()
 
+
 def versions():
     out = {"python": platform.python_version(), "numpy": np.__version__}
     for name in ("jax", "torch", "numba", "dfc"):
@@ -44,9 +45,9 @@ def blas_threads():
 
 def blas_kernels():
     """Which kernels numpy's OpenBLAS runs ("SkylakeX", "Haswell", ...: threadpoolctl reads it from the
-    loaded library) and the variables that chose them. This machine's environment pins older OpenBLAS
-    builds to Haswell (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE); a current numpy picks its AVX-512 kernels
-    when both are unset for the benchmark command (README, Benchmarks)."""
+    loaded library) and the variables that chose them. Some of this project's machines pin older OpenBLAS
+    builds to Haswell in their environment (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE); a current numpy picks its
+    AVX-512 kernels when both are unset for the benchmark command (README, Benchmarks)."""
     try:
         from threadpoolctl import threadpool_info
         core = next((lib.get("architecture") for lib in threadpool_info() if lib.get("internal_api") == "openblas"),

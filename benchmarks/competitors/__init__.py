@@ -71,4 +71,3 @@ def _env():
     if MALLOC == KEPT:
         env["GLIBC_TUNABLES"] = ":".join(x for x in (env.get("GLIBC_TUNABLES"), TUNABLES) if x)
     return env
-

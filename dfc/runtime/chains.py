@@ -150,7 +150,7 @@ def _order(plan, fids):
 
 
 def _eligible(plan, i):
-    if plan.kind[i] != NORMAL or plan.kern[i] is None or i in plan.feed_index.values() or i in plan.fetch_nodes:
+    if plan.kind[i] != NORMAL or plan.kern[i] is None or i in plan.fetch_nodes:     # a fed node has no kernel
         return False
     op = plan.nodes[i].op
     d = opreg.get(op)
