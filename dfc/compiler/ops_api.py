@@ -74,9 +74,12 @@ def _meet(t, v):
 
 
 def _weak_pair(t, v):
-    """A weak tensor meets a Python scalar: stays weak; a float scalar makes an int one float."""
+    """A weak tensor meets a Python scalar: stays weak. A float scalar makes an integer one float64,
+    as numpy makes an integer array times a Python float (and as `t / 2` and `cos(t)` already are):
+    the default float would round a float64 program's values to float32 here, before they meet
+    its float64 tensors. The result stays weak, so a float32 tensor it meets keeps float32."""
     if isinstance(v, float) and t.dtype not in dt.FLOATS:
-        return config.default_float()
+        return "float64"
     return t.dtype
 
 
@@ -115,15 +118,19 @@ def divide(x, y):
     xx, yy = operands(x, y)
     if xx.dtype not in dt.FLOATS:     # numpy true division of integers gives float64
         xx, yy = cast(xx, "float64"), cast(yy, "float64")
-    return _b().make1("Div", (xx, yy))
+    return _result_weak(_b().make1("Div", (xx, yy)), x, y)
 
 
-def _unary(op, float_only=False):
+def _unary(op, float_only=False, keeps_weak=True):
     def fn(x, name=None):
+        weak = isinstance(x, Tensor) and x.weak
         x = convert(x)
         if float_only and x.dtype not in dt.FLOATS:
             x = cast(x, "float64" if x.dtype in dt.INTS else config.default_float())
-        return _b().make1(op, (x,))
+        out = _b().make1(op, (x,))
+        if weak and keeps_weak and isinstance(out, Tensor):
+            out.weak = True     # cos(t) of a weak value is weak too (as in JAX): float32 tensors keep float32
+        return out
     fn.__name__ = op.lower()
     return fn
 
@@ -132,7 +139,7 @@ negative, abs, sign, square, relu = (_unary(o) for o in ("Neg", "Abs", "Sign", "
 sqrt, rsqrt, exp, log, log1p = (_unary(o, True) for o in ("Sqrt", "Rsqrt", "Exp", "Log", "Log1p"))
 sin, cos, tanh, sigmoid = (_unary(o, True) for o in ("Sin", "Cos", "Tanh", "Sigmoid"))
 floor, ceil, round, reciprocal = (_unary(o, True) for o in ("Floor", "Ceil", "Round", "Reciprocal"))
-logical_not, isfinite = _unary("LogicalNot"), _unary("IsFinite", True)
+logical_not, isfinite = _unary("LogicalNot", keeps_weak=False), _unary("IsFinite", True, keeps_weak=False)
 identity, stop_gradient = _unary("Identity"), _unary("StopGradient")
 
 

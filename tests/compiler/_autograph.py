@@ -66,9 +66,9 @@ def check_matches_python(fn, arg_sets):
 # dtype the loop body would. Their values and shapes are still checked, and
 # test_eager_dtype_exceptions_are_needed checks every entry still differs.
 EAGER_DTYPES_DIFFER = {
-    "calls_in_loop": "range(tensor) counter", "abs_builtin_in_loop": "range(tensor) counter",
+    "calls_in_loop": "range(tensor) counter",
     "for_range_start_stop": "range(tensor) counter", "for_range_step": "range(tensor) counter",
-    "for_target_defined_before": "range(tensor) counter", "tensor_array_loop": "range(tensor) counter",
+    "for_target_defined_before": "range(tensor) counter",
     "list_append_in_tensor_loop": "range(tensor) counter", "while_weak_python_scalar": "zero-trip weak scalar",
 }
 

@@ -70,7 +70,7 @@ def test_nested_python_loops_in_a_function_retrace_linearly(tmp_path):
 
 
 def test_a_settled_type_is_not_reused_when_the_body_sees_other_captured_types():
-    """The inner loop settles `u` to float32 in the outer body's first trace (t is int64 there);
+    """The inner loop settles `u` to float64 in the outer body's first trace (t is int64 there);
     in the second trace (t float32) its body keeps u's own dtype, so u stays int64, as it would
     without the earlier trace."""
     inner_dtypes = []
@@ -87,7 +87,7 @@ def test_a_settled_type_is_not_reused_when_the_body_sees_other_captured_types():
         return dfc.while_loop(lambda i, t: i < 2, outer_body, (0, 0))
 
     g = dfc.trace(f, dfc.TensorSpec([], "float32"))
-    assert inner_dtypes == ["float32", "int64"]
+    assert inner_dtypes == ["float64", "int64"]      # u = 0; u + 0.5 is float64, as in numpy
     i, t = g(np.float32(1.5))
     assert (int(i), float(t)) == (2, 2 * (1.5 + 2))
 
