@@ -56,7 +56,11 @@ def set_default_float(dtype):
     lists of Python floats, ``zeros``/``ones``/``full``/``linspace``/``eye``-style constructors and
     random ops called without ``dtype=``, ``arange`` with float bounds, and the float that integer
     inputs of float-only ops (``dfc.softmax``) become. Python floats combined with a tensor still take
-    the tensor's dtype (weak typing), and explicit dtypes are unchanged. Like
+    the tensor's dtype (weak typing), and explicit dtypes are unchanged. Integers become float64 as in
+    numpy, whatever this setting: a Python float combined with an integer tensor (an int64 input, or a
+    counter ``t = 0`` of a loop) is float64, as are ``t / 2`` and ``dfc.cos(t)``; a value computed
+    from Python scalars and counters only stays weakly typed, so where it meets a float32 tensor the
+    result is float32 (float32 programs stay float32, float64 programs keep float64 precision). Like
     ``jax.config.update("jax_enable_x64", True)`` for scientific code that needs float64
     everywhere; the environment variable ``DFC_DEFAULT_FLOAT=float64`` sets the initial value.
     The setting is read while tracing: a graph keeps the dtypes it was traced with.
