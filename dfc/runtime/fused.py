@@ -14,6 +14,7 @@ import numpy as np
 from dfc.errors import DfcError, DfcRuntimeError
 from dfc.ir import ops as opreg
 from dfc.ir.graph import parse_input
+from dfc.runtime import emit as E
 from dfc.runtime import gpu_fusion
 from dfc.runtime.limits import kernel_error
 from dfc.runtime.values import DEAD
@@ -61,19 +62,17 @@ class FrameProgram:
         self.enters = self.index.enters[fid]
         self.enter_pos = {e: k for k, e in enumerate(self.enters)}
         self.exits = list(plan.frame_exits[fid])
-        self.lines = []
+        self.lines = E.Lines()
         self.helpers = {}
         self._counter = 0
-        self._emit_frame(fid, "run", 0)
-        src = "\n".join(self.lines)
-        self.source = src
+        self._emit_frame(fid, E.ident("run"), 0)
+        self.source = E.source(self.lines)
         env = {"DEAD": DEAD, "np": np}
         if plan.device is not None and plan.device.device_arrays:    # a GPU: predicates reach the host once
             from dfc.runtime.devices import Predicates
             env["_truth"] = Predicates()
         env.update(self.helpers)
-        exec(compile(src, f"<dfc fused frame {plan.frame_names[fid]}>", "exec"), env)   # noqa: S102
-        self.fn = env["run"]
+        self.fn = E.run(self.source, env, "fused frame")["run"]
 
     def traced_fn(self):
         """The frame's function built for tracing (see `traced`), made on first use."""
@@ -182,38 +181,40 @@ class FrameProgram:
 
     def _new_name(self, base):
         self._counter += 1
-        return f"{base}{self._counter}"
+        return E.ident(base, self._counter)
 
     # ------------------------------------------------------------------ code generation
+    # Every line goes through the emitter (dfc/runtime/emit.py): node k's values are locals v<k>_<port>,
+    # comments name nodes and frames by index, and a failing node reaches _wrap as its index `_n`.
     def _gen(self, a):
         """The function `a.fname(ctx, kern, enters, tag)` running frame `a.fid`'s iterations."""
         p = self.plan
-        L = []
-        w = L.append
-        w(f"def {a.fname}(ctx, kern, enters, tag):")
-        w("    _n = -1")
-        w("    try:")
+        L = E.Lines()
+        w = L.w
+        i0, i1, i2, ind = (E.indent(k) for k in range(4))
+        w(i0, "def {}(ctx, kern, enters, tag):", a.fname)
+        w(i1, "_n = -1")
+        w(i1, "try:")
         for k, e in enumerate(a.enters):
-            w(f"        v{e}_0 = enters[{k}]")
+            w(i2, "{} = enters[{}]", E.ident("v", e, 0), E.lit(k))
         for m in a.merges:
-            w(f"        v{m}_0 = v{p.ins[m][0][0]}_0")
+            w(i2, "{} = {}", E.ident("v", m, 0), E.ident("v", p.ins[m][0][0], 0))
         for m, _ in a.inplace.values():
-            w(f"        own{m} = False")
-        w("        k = 0")
-        w("        while True:")
-        w(f"            _t = tag + ({a.fid}, k)")
+            w(i2, "{} = False", E.ident("own", m))
+        w(i2, "k = 0")
+        w(i2, "while True:")
+        w(ind, "_t = tag + ({}, k)", E.lit(a.fid))
         if a.tagged or self.traced:
-            w("            ctx.tag = _t")
-        ind = "            "
+            w(ind, "ctx.tag = _t")
         for it in a.order:
             if it not in a.body:
                 self._gen_item(L, ind, it, a)
         pred = self._ref(p.ins[a.loop_cond][0], a)
-        w(f"{ind}_n = {a.loop_cond}")        # a predicate that is not one bool fails below: name the LoopCond
-        w(f"{ind}if {pred} is DEAD:")
-        w(f"{ind}    return [DEAD] * {len(a.exits)}")
-        w(f"{ind}if not {self._truth(pred)}:")
-        w(f"{ind}    return [{', '.join(f'v{a.switches[p.ins[e][0][0]]}_0' for e in a.exits)}]")
+        w(ind, "_n = {}", E.lit(a.loop_cond))        # a predicate that is not one bool fails below: name the LoopCond
+        w(ind, "if {} is DEAD:", pred)
+        w(ind, "    return [DEAD] * {}", E.lit(len(a.exits)))
+        w(ind, "if not {}:", self._truth(pred))
+        w(ind, "    return [{}]", E.join(", ", [E.ident("v", a.switches[p.ins[e][0][0]], 0) for e in a.exits]))
         for it in a.order:
             if it in a.body:
                 self._gen_item(L, ind, it, a)
@@ -222,15 +223,15 @@ class FrameProgram:
             nx = [s for s, _ in p.ins[m] if p.kind[s] == NEXT][0]
             nexts.append(self._ref(p.ins[nx][0], a))
         if a.merges:
-            w(f"{ind}{', '.join(f'v{m}_0' for m in a.merges)}, = {', '.join(nexts)},")
-        w(f"{ind}k += 1")
-        w(f"{ind}if not k & 1023 and ctx.abort is not None:")     # a partition asked to stop
-        w(f"{ind}    ctx.abort()")
-        w("    except Exception as _e:")
-        w("        raise _wrap(_n, _e) from None")
+            w(ind, "{}, = {},", E.join(", ", [E.ident("v", m, 0) for m in a.merges]), E.join(", ", nexts))
+        w(ind, "k += 1")
+        w(ind, "if not k & 1023 and ctx.abort is not None:")     # a partition asked to stop
+        w(ind, "    ctx.abort()")
+        w(i1, "except Exception as _e:")
+        w(i2, "raise _wrap(_n, _e) from None")
         self.helpers["_wrap"] = self._wrap
         self.lines.extend(L)
-        self.lines.append("")
+        self.lines.add(E.fmt(""))
 
     def _accumulators(self, merges, switches):
         """Add nodes that update a loop variable nobody else reads: `acc = acc + x` (the gradient
@@ -261,15 +262,15 @@ class FrameProgram:
         s, port = src_port
         p = self.plan
         if s in a.switches:
-            return f"v{a.switches[s]}_0"
+            return E.ident("v", a.switches[s], 0)
         if s in a.producer:
             c = a.producer[s][1]
-            return f"x{c}_{p.frame_exits[c].index(s)}"
-        return f"v{s}_{port}"
+            return E.ident("x", c, p.frame_exits[c].index(s))
+        return E.ident("v", s, port)
 
     def _gen_item(self, L, ind, it, a):
         p = self.plan
-        w = L.append
+        w = L.w
         if it[0] == "chain":
             gpu_fusion.emit(self, L, ind, it, a)
             return
@@ -277,89 +278,101 @@ class FrameProgram:
             c = it[1]
             c_enters = self.index.enters[c]
             args = [self._ref(p.ins[e][0], a) for e in c_enters]
-            outs = ", ".join(f"x{c}_{k}" for k in range(len(p.frame_exits[c]))) or "_"
             n = len(p.frame_exits[c])
-            call = f"{a.child_programs[c]}(ctx, kern, [{', '.join(args)}], _t)"
-            w(f"{ind}# loop frame {p.frame_names[c]}")
+            outs = E.join(", ", [E.ident("x", c, k) for k in range(n)])
+            call = E.fmt("{}(ctx, kern, [{}], _t)", a.child_programs[c], E.join(", ", args))
+            w(ind, "# loop frame {}", E.lit(c))
+            body = ind
             if it in a.maybe_dead and args:
-                w(f"{ind}if {' or '.join(f'{a} is DEAD' for a in args)}:")
-                w(f"{ind}    {outs}, = [DEAD] * {n}" if n else f"{ind}    pass")
-                w(f"{ind}else:")
-                w(f"{ind}    {outs}, = {call}" if n else f"{ind}    {call}")
+                w(ind, "if {}:", any_dead(args))
+                if n:
+                    w(ind, "    {}, = [DEAD] * {}", outs, E.lit(n))
+                else:
+                    w(ind, "    pass")
+                w(ind, "else:")
+                body = E.deeper(ind)
+            if n:
+                w(body, "{}, = {}", outs, call)
             else:
-                w(f"{ind}{outs}, = {call}" if n else f"{ind}{call}")
+                w(body, "{}", call)
             return
         i = it[1]
         kind = p.kind[i]
-        w(f"{ind}# {p.nodes[i].name} = {p.nodes[i].op}")     # for readers of `dfc show --fused`
+        ni = E.lit(i)
+        w(ind, "# node {}", ni)     # for readers of `dfc show --fused`: the node's index in the plan
         args = [self._ref(sp, a) for sp in p.ins[i]]
         ctrls = [self._ref((c, 0), a) for c in p.ctrl_ins[i]]
         nout = len(p.out_edges[i])
-        outs = [f"v{i}_{k}" for k in range(max(nout, 1))]   # a zero-output node gets a liveness marker
+        outs = [E.ident("v", i, k) for k in range(max(nout, 1))]   # a zero-output node gets a liveness marker
         if kind == SWITCH:
             d, pr = args
-            w(f"{ind}_n = {i}")
-            w(f"{ind}if {d} is DEAD or {pr} is DEAD:")
-            w(f"{ind}    {outs[0]} = {outs[1]} = DEAD")
-            w(f"{ind}elif {self._truth(pr)}:")
-            w(f"{ind}    {outs[0]}, {outs[1]} = DEAD, {d}")
-            w(f"{ind}else:")
-            w(f"{ind}    {outs[0]}, {outs[1]} = {d}, DEAD")
+            w(ind, "_n = {}", ni)
+            w(ind, "if {} is DEAD or {} is DEAD:", d, pr)
+            w(ind, "    {} = {} = DEAD", outs[0], outs[1])
+            w(ind, "elif {}:", self._truth(pr))
+            w(ind, "    {}, {} = DEAD, {}", outs[0], outs[1], d)
+            w(ind, "else:")
+            w(ind, "    {}, {} = {}, DEAD", outs[0], outs[1], d)
             return
         if kind == MERGE:
-            for k, a in enumerate(args):
-                w(f"{ind}{'if' if k == 0 else 'elif'} {a} is not DEAD:")
-                w(f"{ind}    {outs[0]}, {outs[1]} = {a}, np.int32({k})")
-            w(f"{ind}else:")
-            w(f"{ind}    {outs[0]} = {outs[1]} = DEAD")
+            for k, x in enumerate(args):
+                w(ind, "if {} is not DEAD:" if k == 0 else "elif {} is not DEAD:", x)
+                w(ind, "    {}, {} = {}, np.int32({})", outs[0], outs[1], x, E.lit(k))
+            w(ind, "else:")
+            w(ind, "    {} = {} = DEAD", outs[0], outs[1])
             return
-        dead_ctrl = [c for c in ctrls if c is not None]
-        checks = [a for a in args + dead_ctrl]
+        checks = args + ctrls
         maybe = it in a.maybe_dead and checks
         if i in a.inplace and not maybe and not self.traced:
             m, slot = a.inplace[i]
-            acc, x = args[slot], args[1 - slot]
+            acc, x, own = args[slot], args[1 - slot], E.ident("own", m)
             self.helpers["_ndarray"], self.helpers["_add"] = np.ndarray, (p.device.xp if p.device else np).add
-            w(f"{ind}_n = {i}")
-            w(f"{ind}if own{m} and type({acc}) is _ndarray and {acc}.shape == getattr({x}, 'shape', None):")
-            w(f"{ind}    {outs[0]} = _add({acc}, {x}, out={acc})")
-            w(f"{ind}else:")
-            w(f"{ind}    {outs[0]} = _add({args[0]}, {args[1]})")
-            w(f"{ind}    own{m} = True")
+            w(ind, "_n = {}", ni)
+            w(ind, "if {} and type({}) is _ndarray and {}.shape == getattr({}, 'shape', None):", own, acc, acc, x)
+            w(ind, "    {} = _add({}, {}, out={})", outs[0], acc, x, acc)
+            w(ind, "else:")
+            w(ind, "    {} = _add({}, {})", outs[0], args[0], args[1])
+            w(ind, "    {} = True", own)
             return
-        call = f"kern[{i}](ctx, ({', '.join(args)}{',' if len(args) == 1 else ''}))"
-        target = ", ".join(outs) + "," if nout else "_o"
+        call = E.fmt("kern[{}](ctx, ({}))", ni, E.join("", [E.fmt("{}, ", x) for x in args]))
+        target = E.fmt("{},", E.join(", ", outs)) if nout else E.fmt("_o")
         op = p.nodes[i].op
         direct = None if self.traced else getattr(p.kern[i], "direct", None)
         if op == "Const":                        # a constant: computed once, outside the loop
-            self.helpers[f"c{i}"] = p.kern[i](None, ())[0]
-            call, target = f"c{i}", outs[0]
+            call, target = E.ident("c", i), outs[0]
+            self.helpers[call] = p.kern[i](None, ())[0]
         elif op in _PASS_THROUGH:                # Identity-like: no kernel call at all
             call, target = args[0], outs[0]
         elif direct is not None and nout == 1:   # a plain function of its inputs: call it directly
-            self.helpers[f"e{i}"] = direct
-            call, target = f"e{i}({', '.join(args)})", outs[0]
+            fn = E.ident("e", i)
+            self.helpers[fn] = direct
+            call, target = E.fmt("{}({})", fn, E.join(", ", args)), outs[0]
         pad = ind
         if maybe:
-            w(f"{ind}if {' or '.join(f'{a} is DEAD' for a in checks)}:")
-            w(f"{ind}    {' = '.join(outs)} = DEAD")
-            w(f"{ind}else:")
-            pad = ind + "    "
-        w(f"{pad}_n = {i}")
-        w(f"{pad}{target} = {call}")
+            w(ind, "if {}:", any_dead(checks))
+            w(ind, "    {} = DEAD", E.join(" = ", outs))
+            w(ind, "else:")
+            pad = E.deeper(ind)
+        w(pad, "_n = {}", ni)
+        w(pad, "{} = {}", target, call)
         if op == "StackPop" and p.mem_accounting:     # no executor acquire follows: drop the stack's hold
-            w(f"{pad}ctx.memory.acquire({outs[0]}, 0)")
+            w(pad, "ctx.memory.acquire({}, 0)", outs[0])
         if not nout:
-            w(f"{pad}{outs[0]} = True")
+            w(pad, "{} = True", outs[0])
 
     def _truth(self, ref):
         on_device = self.plan.device is not None and self.plan.device.device_arrays
-        return f"_truth({ref})" if on_device else ref
+        return E.fmt("_truth({})", ref) if on_device else ref
 
     def _wrap(self, i, e):
         if i < 0:
             return e if isinstance(e, DfcError) else DfcRuntimeError(f"{type(e).__name__}: {e}")
         return kernel_error(self.plan.nodes[i], e)
+
+
+def any_dead(refs):
+    """`r1 is DEAD or r2 is DEAD ...` of the locals refs."""
+    return E.join(" or ", [E.fmt("{} is DEAD", r) for r in refs])
 
 
 def _toposort(items, deps):

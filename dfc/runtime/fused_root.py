@@ -15,8 +15,9 @@ a kernel that may wait), a loop frame that runs unfused, a run on a GPU, with a 
 accounting, traced, or in a partition; and in a run with a kernel pool while the root has heavy kernels
 big enough to overlap (executor.Run decides that from the runs it schedules).
 """
+from dfc.runtime import emit as E
 from dfc.runtime.fused import (ENTER, EXIT, NEXT, SWITCH, FrameAnalysis, FrameProgram, NotFusable,
-                               _NOT_FUSABLE, _TAGGED_OPS, _toposort)
+                               _NOT_FUSABLE, _TAGGED_OPS, _toposort, any_dead)
 from dfc.ir import ops as opreg
 from dfc.runtime.values import DEAD
 
@@ -32,13 +33,12 @@ class RootProgram(FrameProgram):
     def __init__(self, plan, index):     # noqa: D107 — deliberately not FrameProgram.__init__
         self.plan, self.fid, self.traced, self.index = plan, 0, False, index
         self._traced_fn = None
-        self.lines, self.helpers, self._counter = [], {}, 0
+        self.lines, self.helpers, self._counter = E.Lines(), {}, 0
         self._emit_root()
-        self.source = "\n".join(self.lines)
+        self.source = E.source(self.lines)
         env = {"DEAD": DEAD, "np": np}
         env.update(self.helpers)
-        exec(compile(self.source, "<dfc fused root frame>", "exec"), env)   # noqa: S102
-        self.fn = env["run"]
+        self.fn = E.run(self.source, env, "fused root frame")["run"]
 
     def _emit_root(self):
         p = self.plan
@@ -64,57 +64,64 @@ class RootProgram(FrameProgram):
                 continue
             if any(d in maybe_dead for d in deps[it]):
                 maybe_dead.add(it)
-        a = FrameAnalysis(0, "run", [], [], {}, [], None, order, set(), maybe_dead, producer,
-                          {c: f"prog{c}" for c in children}, any(p.nodes[i].op in _TAGGED_OPS for i in members),
+        a = FrameAnalysis(0, E.ident("run"), [], [], {}, [], None, order, set(), maybe_dead, producer,
+                          {c: E.ident("prog", c) for c in children}, any(p.nodes[i].op in _TAGGED_OPS for i in members),
                           {}, {})
         self.analysis = a
         self.enters = [it[1] for it in order if it[0] == "node" and p.nodes[it[1]].name in p.feed_index]
         self.enter_pos = {i: k for k, i in enumerate(self.enters)}
         self.exits = [i for i, _ in p.fetches]
         L = self.lines
-        w = L.append
-        w("def run(ctx, kern, enters, tag=()):")
-        w("    _n = -1")
-        w("    try:")
-        w("        _t = ()")
-        w("        ctx.tag = _t")
-        ind = "        "
+        w = L.w
+        i0, i1, ind = E.indent(0), E.indent(1), E.indent(2)
+        w(i0, "def run(ctx, kern, enters, tag=()):")
+        w(i1, "_n = -1")
+        w(i1, "try:")
+        w(ind, "_t = ()")
+        w(ind, "ctx.tag = _t")
         for it in order:
             if it[0] == "frame":
                 self._frame_call(L, ind, it[1], a)
             elif it[1] in self.enter_pos:
-                w(f"{ind}# {p.nodes[it[1]].name} (fed)")
-                w(f"{ind}v{it[1]}_0 = enters[{self.enter_pos[it[1]]}]")
+                w(ind, "# node {} (fed)", E.lit(it[1]))
+                w(ind, "{} = enters[{}]", E.ident("v", it[1], 0), E.lit(self.enter_pos[it[1]]))
             else:
                 self._gen_item(L, ind, it, a)
-        w(f"{ind}return [{', '.join(self._ref(f, a) for f in p.fetches)}]")
-        w("    except Exception as _e:")
-        w("        raise _wrap(_n, _e) from None")
+        w(ind, "return [{}]", E.join(", ", [self._ref(f, a) for f in p.fetches]))
+        w(i1, "except Exception as _e:")
+        w(ind, "raise _wrap(_n, _e) from None")
         self.helpers["_wrap"] = self._wrap
 
     def _frame_call(self, L, ind, c, a):
         """Run loop frame c's program as executor.Run._enter_fused does: its exits are dead when one of
         its non-constant Enter values is."""
         p = self.plan
-        w = L.append
-        self.helpers[f"prog{c}"] = p.programs[c].fn
+        w = L.w
+        prog = a.child_programs[c]
+        self.helpers[prog] = p.programs[c].fn
         enters = self.index.enters[c]
         args = [self._ref(p.ins[e][0], a) for e in enters]
         n = len(p.frame_exits[c])
-        outs = ", ".join(f"x{c}_{k}" for k in range(n))
-        call = f"prog{c}(ctx, kern, [{', '.join(args)}], _t)"
-        w(f"{ind}# loop frame {p.frame_names[c]}")
-        w(f"{ind}_n = -1")
+        outs = E.join(", ", [E.ident("x", c, k) for k in range(n)])
+        call = E.fmt("{}(ctx, kern, [{}], _t)", prog, E.join(", ", args))
+        w(ind, "# loop frame {}", E.lit(c))
+        w(ind, "_n = -1")
         live = [x for e, x in zip(enters, args) if not p.is_constant[e]]
         pad = ind
         if ("frame", c) in a.maybe_dead and live:
-            w(f"{ind}if {' or '.join(f'{x} is DEAD' for x in live)}:")
-            w(f"{ind}    {outs}, = [DEAD] * {n}" if n else f"{ind}    pass")
-            w(f"{ind}else:")
-            pad = ind + "    "
-        w(f"{pad}{outs}, = {call}" if n else f"{pad}{call}")
+            w(ind, "if {}:", any_dead(live))
+            if n:
+                w(ind, "    {}, = [DEAD] * {}", outs, E.lit(n))
+            else:
+                w(ind, "    pass")
+            w(ind, "else:")
+            pad = E.deeper(ind)
+        if n:
+            w(pad, "{}, = {}", outs, call)
+        else:
+            w(pad, "{}", call)
         if a.tagged:
-            w(f"{pad}ctx.tag = _t")
+            w(pad, "ctx.tag = _t")
 
 
 def build(plan, index):

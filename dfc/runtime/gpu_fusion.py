@@ -34,6 +34,7 @@ import os
 
 import numpy as np
 
+from dfc.runtime import emit as E
 from dfc.runtime.limits import kernel_error
 
 ENV = "DFC_FUSE_ELEMENTWISE"
@@ -60,7 +61,7 @@ TEMPLATES = {
                    "{0}.dtype.type(0.5))"),
     "Relu": (1, "xp.maximum({0}, {0}.dtype.type(0))"),
     "Where": (3, "xp.where({0}, {1}, {2})"),
-    "Cast": (1, "{0}.astype({dtype!r})"),
+    "Cast": (1, "{0}.astype({1})"),      # {1}: the target dtype, passed to the function as data
     "Identity": (1, "{0}"), "StopGradient": (1, "{0}"),
 }
 _PASS = frozenset({"Identity", "StopGradient"})     # members that launch nothing; they never start a chain
@@ -89,7 +90,8 @@ class Chain:
         self.plan, self.members, self.args, self.outputs = plan, members, args, outputs
         self.broken = None
         slot = {a: k for k, a in enumerate(args)}
-        deps, steps, lines = {}, [], []
+        deps, steps, lines = {}, [], E.Lines()
+        env = {"xp": xp}
         for i in members:
             ins = []
             for src in plan.ins[i]:
@@ -102,20 +104,23 @@ class Chain:
             op = plan.nodes[i].op
             fn = (lambda x: x) if op in _PASS else getattr(plan.kern[i], "direct", None) or _call(plan.kern[i])
             steps.append((i, fn, ins))
-            names = [f"a{k}" if k < len(args) else f"t{members[k - len(args)]}" for k in ins]
-            dt = plan.nodes[i].attrs.get("dtype")
-            expr = TEMPLATES[op][1].format(*names, dtype=None if dt is None else str(np.dtype(dt)))
-            lines.append(f"    t{i} = {expr}    # {plan.nodes[i].name} = {op}")
-        self.steps = steps
+            names = [E.ident("a", k) if k < len(args) else E.ident("t", members[k - len(args)]) for k in ins]
+            if op == "Cast":
+                names.append(E.ident("dtype", i))
+                env[names[-1]] = np.dtype(plan.nodes[i].attrs["dtype"])
+            lines.w(E.indent(0), "{} = {}    # node {}", E.ident("t", i), E.subst(TEMPLATES[op][1], *names), E.lit(i))
+        self.steps, self.lines = steps, lines
         self.out_slots = [len(args) + members.index(o) for o in outputs]
         every = set(range(len(args)))
         # outputs that do not read every argument: cupy would broadcast them to all arguments' shape
         self.partial = [sorted(deps.get(o, ())) for o in outputs if deps.get(o, set()) != every]
-        self.source = "\n".join([f"def chain({', '.join(f'a{k}' for k in range(len(args)))}):", *lines,
-                                 f"    return ({''.join(f't{o}, ' for o in outputs)})"])
-        env = {"xp": xp}
-        exec(compile(self.source, "<dfc elementwise chain>", "exec"), env)   # noqa: S102
-        self.fused = xp.fuse(env["chain"])
+        src = E.Lines()
+        src.w(E.indent(0), "def chain({}):", E.join(", ", [E.ident("a", k) for k in range(len(args))]))
+        for line in lines:
+            src.w(E.indent(1), "{}", line)
+        src.w(E.indent(1), "return ({})", E.join("", [E.fmt("{}, ", E.ident("t", o)) for o in outputs]))
+        self.source = E.source(src)
+        self.fused = xp.fuse(E.run(self.source, env, "elementwise chain")["chain"])
 
     def __call__(self, *args):
         if self.broken is None and (not self.partial or self._same_shapes(args)):
@@ -276,22 +281,21 @@ def _used_outside(p, i, members):
 
 def emit(prog, L, ind, it, a):
     """The lines of chain item `it` in frame analysis `a`'s function."""
+    from dfc.runtime.fused import any_dead
     chain = a.chains[it[1]]
-    p = prog.plan
-    w = L.append
-    name = f"ch{a.fid}_{it[1]}"
+    w = L.w
+    name = E.ident("ch", a.fid, it[1])
     prog.helpers[name] = chain
-    w(f"{ind}# elementwise chain, one kernel: "
-      + ", ".join(f"{p.nodes[i].name} = {p.nodes[i].op}" for i in chain.members))
-    for line in chain.source.splitlines()[1:-1]:
-        w(f"{ind}#  {line.strip()}")
+    w(ind, "# elementwise chain, one kernel: nodes {}", E.join(", ", [E.lit(i) for i in chain.members]))
+    for line in chain.lines:
+        w(ind, "#  {}", line)
     args = [prog._ref(s, a) for s in chain.args]
-    outs = [f"v{o}_0" for o in chain.outputs]
+    outs = [E.ident("v", o, 0) for o in chain.outputs]
     pad = ind
     if it in a.maybe_dead:
-        w(f"{ind}if {' or '.join(f'{x} is DEAD' for x in args)}:")
-        w(f"{ind}    {' = '.join(outs)} = DEAD")
-        w(f"{ind}else:")
-        pad = ind + "    "
-    w(f"{pad}_n = {chain.members[-1]}")
-    w(f"{pad}{', '.join(outs)}, = {name}({', '.join(args)})")
+        w(ind, "if {}:", any_dead(args))
+        w(ind, "    {} = DEAD", E.join(" = ", outs))
+        w(ind, "else:")
+        pad = E.deeper(ind)
+    w(pad, "_n = {}", E.lit(chain.members[-1]))
+    w(pad, "{}, = {}({})", E.join(", ", outs), name, E.join(", ", args))

@@ -1,0 +1,155 @@
+"""The one way dfc writes Python source that it runs (fused frames and roots, GPU chains, numba modules).
+
+Graph files are untrusted, and generated source is executed, so no string from a graph (node and frame
+names, attributes, dtypes, device or container names) may become source text. Everything a generator
+writes is a `Code`: text this module made. Only four things make Code:
+
+- `ident(base, *numbers)`: an identifier, `base` (letters and underscores, written in the generator)
+  followed by non-negative ints joined by "_", e.g. ident("v", 12, 0) -> v12_0;
+- `lit(value)`: the repr of a validated Python number, bool or None, or a tuple of them;
+- `blob(data)`: bytes as a hex string literal (only [0-9a-f] between the quotes), for data that compiled
+  code must carry in its source (a numba module is cached on disk and runs without dfc's Python objects);
+- `fmt(template, *parts)` / `join(sep, parts)`: a template or separator written in the generator (a
+  string constant: tests/runtime/test_codegen_sources.py checks every call) with Code in its `{}` holes.
+
+`Lines.w` adds one line (the same rule); `source(lines)` joins them after checking that every line is
+Code of printable ASCII; `run(src, env)` is the only place such source is compiled and executed. A value
+generated code needs at run time that came from the graph (a node for an error message) is passed in
+`env` as data, looked up by an index the generator wrote with `lit`.
+"""
+import math
+import re
+
+import numpy as np
+
+_BASE = re.compile(r"[A-Za-z_]+\Z")
+_PRINTABLE = re.compile(r"[ -~]*\Z")      # one line of printable ASCII: no newline, NUL or U+2028
+
+
+class EmitError(Exception):
+    """A generator tried to write something the emitter does not make (a bug in dfc, never user input:
+    every graph value reaches generated code through ident/lit/blob or as data)."""
+
+
+class Code(str):
+    """Source text the emitter made (see the module docstring); never construct one elsewhere."""
+    __slots__ = ()
+
+
+def _code(text):
+    if not _PRINTABLE.match(text):
+        raise EmitError(f"generated text is not one line of printable ASCII: {text[:80]!r}")
+    return Code(text)
+
+
+def _int(n):
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise EmitError(f"not an int: {type(n).__name__}")
+    return int(n)
+
+
+def ident(base, *numbers, tail=""):
+    """The identifier base + numbers joined by "_" + tail, e.g. ident("v", 3, 0) -> v3_0."""
+    if type(base) is not str or not _BASE.match(base) or (tail and not _BASE.match(tail)):
+        raise EmitError(f"bad identifier base {base!r}{tail!r}"[:120])
+    nums = [_int(n) for n in numbers]
+    if any(n < 0 for n in nums):
+        raise EmitError("negative number in an identifier")
+    return _code(base + "_".join(str(n) for n in nums) + tail)
+
+
+def lit(value):
+    """A literal of a Python/numpy int, float, bool or None, or a tuple/list of them (rendered as a
+    tuple)."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return _code(repr(None if value is None else bool(value)))
+    if isinstance(value, (int, np.integer)):
+        return _code(repr(int(value)))
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if math.isnan(v):
+            return _code("float('nan')")
+        if math.isinf(v):
+            return _code("float('inf')" if v > 0 else "-float('inf')")
+        return _code(repr(v))
+    if isinstance(value, (tuple, list)):
+        return _code("(" + "".join(lit(x) + ", " for x in value) + ")")
+    raise EmitError(f"no literal for a {type(value).__name__}")
+
+
+def blob(data):
+    """A string literal of bytes `data` as hex digits (bytes.fromhex reads it back)."""
+    if not isinstance(data, (bytes, bytearray)):
+        raise EmitError("blob needs bytes")
+    return _code("'" + bytes(data).hex() + "'")
+
+
+def _parts(parts):
+    for p in parts:
+        if type(p) is not Code:
+            raise EmitError(f"a {type(p).__name__} that the emitter did not make: {str(p)[:80]!r}")
+    return parts
+
+
+def fmt(template, *parts):
+    """The template (a constant of the generator) with each `{}` replaced by the next part (Code)."""
+    pieces = template.split("{}")
+    if len(pieces) != len(parts) + 1:
+        raise EmitError(f"template {template!r} has {len(pieces) - 1} holes for {len(parts)} parts")
+    _parts(parts)
+    out = [pieces[0]]
+    for p, piece in zip(parts, pieces[1:]):
+        out += [p, piece]
+    return _code("".join(out))
+
+
+def subst(template, *parts):
+    """The template (a constant of the generator) with each `{k}` (k a digit) replaced by parts[k] (Code):
+    for templates that use a part more than once."""
+    _parts(parts)
+    try:
+        return _code(re.sub(r"\{(\d)\}", lambda m: parts[int(m.group(1))], template))
+    except IndexError:
+        raise EmitError(f"template {template!r} has more holes than its {len(parts)} parts") from None
+
+
+def join(sep, parts):
+    """The parts (Code) joined by the separator (a constant of the generator)."""
+    return _code(sep.join(_parts(list(parts))))
+
+
+def indent(levels):
+    """Indentation of `levels` blocks."""
+    return _code("    " * _int(levels))
+
+
+def deeper(ind):
+    """Indentation one block deeper than ind."""
+    return _code(_parts([ind])[0] + "    ")
+
+
+class Lines(list):
+    """Generated lines; `w(ind, template, *parts)` adds indentation ind and fmt(template, *parts)."""
+
+    def w(self, ind, template, *parts):
+        self.append(_code(_parts([ind])[0] + fmt(template, *parts)))
+
+    def add(self, line):
+        """Add a line made by fmt (or a generator's Lines)."""
+        self.append(_parts([line])[0])
+
+
+def source(lines):
+    """The text of the generated lines, checked: each is Code of printable ASCII."""
+    for line in _parts(list(lines)):
+        _code(line)
+    return Code("\n".join(lines))
+
+
+def run(src, env, what):
+    """Execute generated source `src` (from `source`) in namespace env. what: a fixed label for
+    tracebacks (the generator's kind, never a name from the graph)."""
+    if type(src) is not Code or not _BASE.match(what.replace(" ", "_")):
+        raise EmitError("run takes the emitter's source and a plain label")
+    exec(compile(src, f"<dfc {what}>", "exec"), env)   # noqa: S102 — Code: made here, no graph text
+    return env
