@@ -146,6 +146,53 @@ def source(lines):
     return Code("\n".join(lines))
 
 
+# What a numba module (compiled/codegen.py, root.py) may hold besides names, numbers and operators: its
+# header's imports, comments naming nodes and frames by index, plain single-quoted strings without escapes
+# (the lowerings' fixed messages and numba type names, blob's hex digits).
+_HEADER = ("import numpy as np", "import numba", "from numba import njit",
+           "from dfc.runtime.compiled import helpers as H, npcall as P")
+_COMMENT = re.compile(r"# (node \d+|loop frame \d+|the root frame)\Z")
+_STRING = re.compile(r"'[^'\\]*'\Z")
+_BANNED = frozenset({"import", "exec", "eval", "compile", "open", "getattr", "setattr", "globals", "locals",
+                     "vars", "breakpoint", "input", "lambda", "global", "nonlocal", "del"})
+
+
+def check_module(lines):
+    """The text of a generated numba module, checked token by token: its lines are printable ASCII; only
+    its header imports; comments and strings are of the forms above; no dunder name or banned builtin. The
+    numba generators build lines from ints, the emitter's blobs and dtype names validated against a fixed
+    list; this check makes any other text (a regression) an EmitError, never code."""
+    import io
+    import tokenize
+    for line in lines:
+        _code(line)
+    text = "\n".join(lines)
+    body = text
+    for h in _HEADER:
+        body = body.replace(h + "\n", "", 1)
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(body).readline))
+    except (tokenize.TokenError, SyntaxError) as e:
+        raise EmitError(f"generated module does not tokenize: {e}") from None
+    for tok in tokens:
+        bad = (tok.type == tokenize.COMMENT and not _COMMENT.match(tok.string)
+               or tok.type == tokenize.STRING and not _STRING.match(tok.string)
+               or tok.type == tokenize.NAME and (tok.string in _BANNED or tok.string.startswith("__"))
+               or tok.type == tokenize.ERRORTOKEN or tok.type not in _TOKENS)
+        if bad:
+            raise EmitError(f"generated module holds {tokenize.tok_name[tok.type]} {tok.string[:40]!r}")
+    return Code(text)
+
+
+def _token_types():
+    import tokenize
+    return frozenset({tokenize.NAME, tokenize.NUMBER, tokenize.OP, tokenize.STRING, tokenize.COMMENT,
+                      tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER})
+
+
+_TOKENS = _token_types()
+
+
 def run(src, env, what):
     """Execute generated source `src` (from `source`) in namespace env. what: a fixed label for
     tracebacks (the generator's kind, never a name from the graph)."""

@@ -31,6 +31,13 @@ _USE_OF = {"StackPush": "push", "StackPop": "pop", "TensorArrayWrite": "ta_write
            "AssignSub": "var"}
 
 
+def module(lines):
+    """The module text of generated lines, checked by the emitter (emit.check_module) before anything
+    writes or compiles it."""
+    from dfc.runtime import emit
+    return emit.check_module(lines)
+
+
 class Blocked(Exception):
     """The frame cannot be compiled; `node` is the node that blocked it (or None), `reason` why."""
 
@@ -122,15 +129,17 @@ class Emit:
         whose exact results (e.g. random draws seeded by run and iteration) numba cannot reproduce. `ins`:
         the input expressions. The generated function gets R = [run count, *tag of the frame's call]."""
         import json
+        from dfc.runtime import emit
         t = self.outs[0]
         typ = t.dtype if t.ndim == 0 else f"{t.dtype}[{', '.join([':'] * (t.ndim - 1) + ['::1'])}]"
         chain = self.gen.frame_chain
-        node = json.dumps([self.node.name, self.node.op, self.node.attrs])
+        # the node travels as data: hex digits of its JSON (a cached module is read by other processes)
+        node = emit.blob(json.dumps([self.node.name, self.node.op, self.node.attrs]).encode())
         ctr = self.tmp()
         self.stmt(f"{ctr} = np.array([{''.join(f'{f}, it{f}, ' for f in chain)}], np.int64)")
         self.gen.objmode = True
         self.stmt(f"with numba.objmode({out}={typ!r}):")
-        self.stmt(f"    {out} = H.kernel_call({node!r}, R, {ctr}, ({''.join(x + ', ' for x in ins)}), {t.ndim})")
+        self.stmt(f"    {out} = H.kernel_call(bytes.fromhex({node}).decode(), R, {ctr}, ({''.join(x + ', ' for x in ins)}), {t.ndim})")
 
     def const(self, value, node_value=False):
         """An expression for a constant array (passed to the compiled function in K). node_value: it is the
@@ -187,11 +196,11 @@ class FrameSource:
         body = self.lines
         head = ["import numpy as np", "import numba", "from numba import njit",
                 "from dfc.runtime.compiled import helpers as H, npcall as P", "",
-                f"# loop frame {p.frame_names[fid]!r}",
+                f"# loop frame {fid}",
                 # object mode (kernels called from compiled code, e.g. random draws) needs the GIL
                 f"@njit(cache=True, nogil={not self.objmode}, error_model='numpy')",
                 f"def run({''.join(x + ', ' for x in params)}K, LP, R):"]
-        self.source = "\n".join(head + self.hoisted() + body + [f"    return ({''.join(o + ', ' for o in outs)})", ""])
+        self.source = module(head + self.hoisted() + body + [f"    return ({''.join(o + ', ' for o in outs)})", ""])
 
     def _emitters(self):
         from dfc.runtime.compiled.fusion import Fusion
@@ -401,7 +410,7 @@ class FrameSource:
             ca = self.an[c]
             args = [self.ref(p.ins[e][0], a) for e in ca.enters]
             deads = [d for d in (self.dead(p.ins[e][0], a) for e in ca.enters) if d]
-            w(ind, f"# loop frame {p.frame_names[c]}")
+            w(ind, f"# loop frame {c}")
             if deads:
                 w(ind, f"if {' or '.join(deads)}:")
                 for k, e in enumerate(p.frame_exits[c]):
@@ -415,7 +424,7 @@ class FrameSource:
             return
         i = it[1]
         node = p.nodes[i]
-        w(ind, f"# {node.name} = {node.op}")
+        w(ind, f"# node {i}")
         args = [self.ref(sp, a) for sp in p.ins[i]]
         deads = [d for d in (self.dead(sp, a) for sp in p.ins[i]) if d]
         deads += [d for d in (self.dead((c, 0), a) for c in p.ctrl_ins[i]) if d]

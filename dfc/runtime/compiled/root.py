@@ -21,7 +21,7 @@ frames compiled one by one cost what they cost anyway. $DFC_COMPILE_ROOT=0 turns
 """
 import os
 
-from dfc.runtime.compiled.codegen import Analyses, Blocked, FrameSource
+from dfc.runtime.compiled.codegen import Analyses, Blocked, FrameSource, module
 
 MAX_LINES = 2000
 ENABLED = os.environ.get("DFC_COMPILE_ROOT", "1") not in ("0", "false", "no", "off")
@@ -68,8 +68,8 @@ class RootSource(FrameSource):
                 "# the root frame",
                 f"@njit(cache=True, nogil={not self.objmode}, error_model='numpy')",
                 f"def run({''.join(x + ', ' for x in params)}K, LP, R):"]
-        self.source = "\n".join(head + self.hoisted() + self.lines +
-                                 [f"    return ({''.join(o + ', ' for o in refs + deads)})", ""])
+        self.source = module(head + self.hoisted() + self.lines +
+                             [f"    return ({''.join(o + ', ' for o in refs + deads)})", ""])
 
     local_resources = True      # the resources the lowerings see are made here (state_lower.py)
 
