@@ -60,10 +60,18 @@ def encode(v, compression):
     return v, getattr(v, "nbytes", 8)
 
 
-def decode(v):
+def decode(v, timeout=None):
+    """The value a message carries; a value in the object store is fetched, waiting at most `timeout` s
+    (its owner may have stopped answering: the wait must end)."""
     if isinstance(v, Stored):
         import ray
-        v = ray.get(v.ref)
+        try:
+            v = ray.get(v.ref, timeout=timeout)
+        except Exception as e:   # noqa: BLE001 — Ray's timeout and owner-died errors
+            raise DfcRuntimeError(f"a value in Ray's object store could not be fetched within {timeout:g} s "
+                                  f"({type(e).__name__})" if timeout else
+                                  f"a value in Ray's object store could not be fetched ({type(e).__name__})"
+                                  ) from None
     if isinstance(v, Encoded):
         return v.decode()
     if isinstance(v, np.ndarray) and not v.flags.writeable:
@@ -151,9 +159,11 @@ class StepRendezvous:
     me: this process's task (None: the chief); outboxes: task -> Outbox; chief_box: where messages to the
     chief wait (on a task), or None (on the chief, which never sends to itself through it)."""
 
-    def __init__(self, step, me, outboxes, counters, compression=None, store_bytes=None, chief_box=None):
+    def __init__(self, step, me, outboxes, counters, compression=None, store_bytes=None, chief_box=None,
+                 fetch_timeout=None):
         self.step, self.me, self.outboxes, self.counters = step, me, outboxes, counters
         self.compression, self.store_bytes, self.chief_box = compression, store_bytes, chief_box
+        self.fetch_timeout = fetch_timeout      # seconds a value in the object store may take to fetch
         self.local = Rendezvous()
 
     def send(self, key, value):
@@ -176,9 +186,13 @@ class StepRendezvous:
         self.local.recv(key, callback)
 
     def arrive(self, key, value):
-        """A value sent by another process for this step."""
+        """A value sent by another process for this step.
+
+        Counted as received only once it is handed to its Recv (whose partition is then busy): counted
+        before, the quiescence check could see this process idle and every count balanced while a large
+        value is still being decoded or copied, and report a deadlock that is not one."""
+        self.local.send(key, decode(value, self.fetch_timeout))
         self.counters.add_received()
-        self.local.send(key, decode(value))
 
 
 class ChiefBox:
