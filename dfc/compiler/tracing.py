@@ -8,6 +8,7 @@ outside a branch or loop body is captured (one Switch / one Enter each).
 import contextlib
 import inspect
 import os
+import re
 import sys
 import threading
 
@@ -25,7 +26,7 @@ SOURCE_MAPS = {}
 _local = threading.local()
 
 # Ops whose order is the program order (automatic control dependencies).
-EFFECT_OPS = frozenset({"Print", "Assert", "Assign", "AssignAdd", "AssignSub", "ReadVariable", "Save",
+EFFECT_OPS = frozenset({"Print", "Assert", "Assign", "AssignAdd", "AssignSub", "ApplyOnce", "ReadVariable", "Save",
                         "Restore", "Progress", "SummaryScalar", "SummaryHistogram", "Timestamp",
                         # queues and accumulators (dfc/compiler/queues.py)
                         "QueueEnqueue", "QueueEnqueueMany", "QueueDequeue", "QueueDequeueMany", "QueueSize",
@@ -152,7 +153,8 @@ class Builder:
             self.loop_site = outer
 
     def unique(self, base):
-        base = base.replace(":", "_").replace("^", "_") or "node"
+        # a saved graph's names must load: characters outside dfc.ir.checks.NAME_RE become "_"
+        base = re.sub(r"[^A-Za-z0-9_./-]", "_", base)[:200] or "node"
         n = self.counters.get(base, 0)
         while True:
             name = base if n == 0 else f"{base}_{n}"

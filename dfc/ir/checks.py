@@ -18,11 +18,59 @@ loops) must give the same answer. So verification also rejects:
 
 Every pass here is linear in the size of the graph.
 """
+import re
+
 from dfc.errors import DfcGraphError, DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.ir import ops as opreg
 from dfc.ir import structure
 from dfc.ir.graph import ROOT_FRAME, parse_input as _parse     # graph.py imports this module lazily
+
+
+# ------------------------------------------------------------------ names and strings of a loaded graph
+#
+# A node name, a loop's frame name and a device are made of NAME_CHARS (device names also of ':'), at most
+# MAX_NAME characters: what dfc's own compiler writes (`while_body_1/mul_3`); ':' separates an input's
+# port and '^' marks a control input, so neither is part of a name. Other attribute strings (a Variable's
+# shared name, a checkpoint path) are data: any text without control characters (newlines, NUL, U+0085,
+# U+2028 ...), at most MAX_STRING characters; free text (FREE_TEXT: a Print's template, an Assert's message)
+# may hold newlines and tabs. Nothing read from a graph ever
+# becomes source code (dfc/runtime/emit.py); these rules keep names printable in messages and tools.
+NAME_CHARS = "A-Z a-z 0-9 _ . / -"
+NAME_RE = re.compile(r"[A-Za-z0-9_./-]+\Z")
+DEVICE_RE = re.compile(r"[A-Za-z0-9_./:-]+\Z")
+MAX_NAME, MAX_STRING = 256, 4096
+FREE_TEXT = frozenset({("Print", "template"), ("Assert", "message")})
+
+
+def shown(text, limit=60):
+    """text for an error message: escaped (ascii) and cut to about `limit` characters."""
+    return ascii(text[:limit]) + (f" (cut from {len(text)} characters)" if len(text) > limit else "")
+
+
+def label(name):
+    """How an error names a node read from a file: its name, escaped and cut unless it is a valid one."""
+    return name if NAME_RE.match(name) and len(name) <= MAX_NAME else shown(name)
+
+
+def check_name(name, what="node name", node=None, device=False):
+    """A name read from a graph file must be NAME_CHARS (devices: and ':'), 1 to MAX_NAME characters."""
+    ok = (DEVICE_RE if device else NAME_RE).match(name) is not None and len(name) <= MAX_NAME
+    if not ok:
+        extra = " and ':'" if device else ""
+        which = "" if node is None else f" {shown(name)}"      # (the node's own name is in [node ...])
+        raise DfcGraphError(f"{what}{which} must be 1 to {MAX_NAME} characters among {NAME_CHARS}{extra}",
+                            node=label(node if node is not None else name))
+
+
+def check_text(text, what, node, free=False):
+    """An attribute string read from a graph file: at most MAX_STRING characters, no control characters
+    (free text, a print's template or an assert's message, may also hold newlines and tabs)."""
+    if len(text) > MAX_STRING or not (text.isprintable() or free and
+                                      text.replace("\n", "").replace("\t", "").isprintable()):
+        extra = " other than newlines and tabs" if free else " (no newlines)"
+        raise DfcGraphError(f"{what} {shown(text)} must be at most {MAX_STRING} printable characters, with no "
+                            f"control characters{extra}", node=label(node))
 
 
 def check_port(src, port, ref, node):
@@ -294,13 +342,16 @@ def check_handles(g, types):
         s, p, _ = _parse(ref)
         return types[s][p]
 
-    users = []
+    users, once = [], []
     for n in g.nodes.values():
         hslot = _HANDLE_SLOT.get(n.op)
         passing = _PASS.get(n.op, ())
+        if n.op == "ApplyOnce":
+            hslot = _apply_once_handles(n)
+            once.append(n)
         for k, ref in enumerate(n.data_inputs):
             is_handle = in_type(ref).dtype == dt.HANDLE
-            if k == hslot:
+            if k == hslot or (isinstance(hslot, set) and k in hslot):
                 if not is_handle:
                     raise DfcTypeError(f"{n.op} input {k} must be a resource handle, got {in_type(ref)!r}",
                                        node=n.name, loc=n.loc)
@@ -311,6 +362,9 @@ def check_handles(g, types):
     if not users:
         return
     sources = _handle_sources(g, types)
+    for n in once:
+        _check_apply_once(g, n, sources, in_type)
+    users = [n for n in users if n.op != "ApplyOnce"]
     writes = {}
     for n in users:
         for s in sources.get(_parse(n.inputs[0])[0], ()):
@@ -325,6 +379,33 @@ def check_handles(g, types):
                         raise DfcTypeError(f"{n.op} declares elements of shape {dt.format_shape(want)}, but "
                                            f"{s!r} holds elements of shape {dt.format_shape(shape)}",
                                            node=n.name, loc=n.loc)
+
+
+def _apply_once_handles(n):
+    """The inputs of an ApplyOnce that are Variable handles: the record, the updated and the snapshot ones."""
+    k = len(n.attrs.get("ops") or ())
+    return {0} | set(range(2, 2 + k)) | set(range(2 + 2 * k, len(n.data_inputs)))
+
+
+def _check_apply_once(g, n, sources, in_type):
+    """Each handle of an ApplyOnce is a Variable's, holding what the op assigns to it or declares it reads."""
+    k = len(n.attrs["ops"])
+    snapshot = iter(n.attrs["dtypes"])
+    for slot in sorted(_apply_once_handles(n)):
+        if 2 <= slot < 2 + k:
+            declared = in_type(n.data_inputs[slot + k])
+        elif slot == 0:
+            declared = dt.TType("int64", ())
+        else:
+            declared = dt.TType(next(snapshot), None)
+        for name in sources.get(_parse(n.data_inputs[slot])[0], ()):
+            src = g.nodes[name]
+            held = in_type(src.data_inputs[0]) if _KIND[src.op] == "variable" and src.data_inputs else None
+            if _KIND[src.op] != "variable" or (held is not None and (
+                    held.dtype != declared.dtype or not dt.shapes_compatible(declared.shape, held.shape))):
+                raise DfcTypeError(f"ApplyOnce input {slot} must be the handle of a Variable holding "
+                                   f"{declared!r}, but it comes from the {src.op} {src.name!r}"
+                                   + (f" holding {held!r}" if held is not None else ""), node=n.name, loc=n.loc)
 
 
 def _handle_sources(g, types):

@@ -11,6 +11,7 @@ import reprlib
 import numpy as np
 
 from dfc.errors import DfcError, DfcGraphError
+from dfc.ir import checks
 from dfc.ir import ops as opreg
 from dfc.ir import dtypes as dt
 from dfc.ir.graph import Graph, Node
@@ -131,11 +132,14 @@ def _node_from_json(d, i):
     if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not isinstance(d.get("op"), str):
         raise DfcGraphError(f"node #{i} needs a string 'name' and 'op'")
     name, op = d["name"], d["op"]
+    checks.check_name(name)
     if op not in opreg.REGISTRY:
-        raise DfcGraphError(f"unknown op {op!r}", node=name)
+        raise DfcGraphError(f"unknown op {checks.shown(op)}", node=name)
     inputs, attrs = d.get("inputs", []), d.get("attrs", {})
     if not isinstance(inputs, list) or not all(isinstance(x, str) for x in inputs):
         raise DfcGraphError("'inputs' must be a list of strings", node=name)
+    for ref in inputs:      # "^name" (a control input) or "name[:port]"
+        checks.check_name(ref[1:] if ref.startswith("^") else ref.rpartition(":")[0] or ref, "input", name)
     if not isinstance(attrs, dict):
         raise DfcGraphError("'attrs' must be an object", node=name)
     opdef = opreg.get(op)
@@ -145,9 +149,32 @@ def _node_from_json(d, i):
             raise DfcGraphError(f"'{key}' must be a string", node=name)
     extra = set(d) - {"name", "op", "inputs", "attrs", "device", "loc", "var"}
     if extra:
-        raise DfcGraphError(f"unknown node field(s) {', '.join(sorted(map(repr, extra)))}", node=name)
-    return Node(name, op, inputs, opreg.canonical_attrs(op, decoded, name), d.get("device"), d.get("loc"),
-                d.get("var"))
+        raise DfcGraphError(f"unknown node field(s) {checks.shown(', '.join(sorted(map(repr, extra))))}",
+                            node=name)
+    if d.get("device"):
+        checks.check_name(d["device"], "device", name, device=True)
+    for key in ("loc", "var"):
+        if d.get(key) is not None:
+            checks.check_text(d[key], repr(key), name)
+    attrs = opreg.canonical_attrs(op, decoded, name)
+    _check_strings(op, attrs, name)
+    return Node(name, op, inputs, attrs, d.get("device"), d.get("loc"), d.get("var"))
+
+
+def _check_strings(op, attrs, name):
+    """A loop's frame name is a name and a Send/Recv device a device (checks.NAME_RE, DEVICE_RE); every
+    other string attribute is text (checks.check_text)."""
+    for k, (kind, _) in opreg.get(op).attrs.items():
+        v = attrs.get(k)
+        if v is None or kind not in ("str", "strs"):
+            continue
+        if k == "frame_name":
+            checks.check_name(v, "frame name", name)
+        elif k in ("send_device", "recv_device"):
+            checks.check_name(v, f"{op} attr {k!r}", name, device=True)
+        else:
+            for x in [v] if kind == "str" else v:
+                checks.check_text(x, f"{op} attr {k!r}", name, free=(op, k) in checks.FREE_TEXT)
 
 
 def save(g, path):
