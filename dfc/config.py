@@ -77,3 +77,14 @@ def set_default_float(dtype):
 def default_float():
     """The dtype name dfc gives floats with no dtype ("float32" unless set_default_float changed it)."""
     return _default_float
+
+
+# ---------------------------------------------------------------- disk cache of compiled loops
+
+def cache_dir():
+    """The directory compiled loops are cached in: ``$DFC_CACHE_DIR``, else ``~/.cache/dfc``.
+
+    Read at each call, so a program (or a test) may set the variable after ``import dfc``.
+    dfc/runtime/compiled/cache.py uses it only if it is private to the user (see its docstring).
+    """
+    return os.environ.get("DFC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "dfc")

@@ -4,10 +4,12 @@ numba compiles in the calling thread and holds the GIL for most of it, so a comp
 would stall every thread of a run for seconds to minutes. With compile_loops="auto" a frame that has run
 long enough on the fused path gets a child Python process instead:
 
-    python -m dfc.runtime.compiled.background MODULE.py TYPES.pkl
+    python -m dfc.runtime.compiled.background MODULE.py     (the pickled numba argument types on stdin)
 
-which imports the frame's generated module (cache.py wrote it) and compiles its `run` for the pickled
-numba argument types with cache=True, so the machine code lands in the disk cache. Meanwhile the parent
+which runs the frame's generated module (cache.py wrote it; the child runs it only if it lies in the
+private cache dir and its content gives the key in its name) and compiles its `run` for those types with
+cache=True, so the machine code lands in the disk cache. Without a disk cache (cache.py refused the
+directory) no child starts and the frame stays fused. Meanwhile the parent
 runs the frame fused; on a call after the child has exited successfully it loads the machine code from the
 cache (well under a second) and runs compiled from then on. A child that fails leaves the frame fused for
 the rest of the process (`Job.error` keeps the end of its stderr; `stats()` in __init__.py reports it).
@@ -32,20 +34,31 @@ class Job:
     """One child compiling one frame's module for one argument signature."""
 
     def __init__(self, module_path, types, frame):
+        from dfc.runtime.compiled import cache
         self.frame, self.started = frame, time.perf_counter()
         self.seconds = None         # wall time the child took, once it ended
         self.error = None           # the end of its stderr if it failed
-        fd, self._types_path = tempfile.mkstemp(prefix="dfc-types-", suffix=".pkl")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(types, f)
+        self._proc = self._err = None
+        d = cache.cache_dir()
+        if d is None or os.path.dirname(module_path) != d:
+            self.seconds, self.error = 0.0, (f"{module_path} is not in a private disk cache, which a child "
+                                             "process needs to hand its machine code over (see cache.py)")
+            return
         self._err = tempfile.TemporaryFile()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        self._proc = subprocess.Popen([sys.executable, "-m", "dfc.runtime.compiled.background", module_path,
-                                       self._types_path], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=self._err, env=env)
+        self._proc = subprocess.Popen([sys.executable, "-m", "dfc.runtime.compiled.background", module_path],
+                                      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._err,
+                                      env=env)
+        try:                        # a pipe, not a file in a shared temporary directory
+            self._proc.stdin.write(pickle.dumps(types))
+            self._proc.stdin.close()
+        except OSError:             # the child died already: poll() reports its stderr
+            pass
 
     def poll(self):
         """None while the child runs; then True (compiled into the cache) or False (failed: see .error)."""
+        if self._proc is None:
+            return False
         rc = self._proc.poll()
         if rc is None:
             return None
@@ -54,21 +67,15 @@ class Job:
             if rc != 0:
                 self._err.seek(0)
                 self.error = self._err.read()[-2000:].decode(errors="replace") or f"exit status {rc}"
-            self._cleanup()
+            self._err.close()
         return rc == 0
 
     def stop(self):
-        if self._proc.poll() is None:
+        if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
-        self._cleanup()
-
-    def _cleanup(self):
-        try:
-            os.unlink(self._types_path)
-        except OSError:
-            pass
-        self._err.close()
+        if self._err is not None:
+            self._err.close()
 
 
 def _lower_priority():
@@ -94,18 +101,16 @@ def _stop_all():
         job.stop()
 
 
-def _main(module_path, types_path):
+def _main(module_path):
     _lower_priority()           # here, not as Popen's preexec_fn (unsafe in a process with threads)
-    import importlib.util
-    with open(types_path, "rb") as f:
-        types = pickle.load(f)
-    name = os.path.splitext(os.path.basename(module_path))[0]
-    spec = importlib.util.spec_from_file_location(name, module_path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    mod.run.compile(types)
+    from dfc.runtime.compiled import cache
+    types = pickle.load(sys.stdin.buffer)
+    try:
+        run = cache.load_file(module_path)
+    except cache.Refused as e:
+        sys.exit(f"dfc background compile: {e}")
+    run.compile(types)
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1], sys.argv[2])
+    _main(sys.argv[1])
