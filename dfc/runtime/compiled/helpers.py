@@ -265,12 +265,29 @@ def extreme_all(LP, k, x, largest):
     return r
 
 
+# Signed integer arithmetic wraps as numpy's does. numba marks its signed +, -, * and negation "nsw" (no
+# signed wrap), which lets LLVM assume they never overflow and drop a test such as `i >= 0` after `i + c`;
+# the lowerings compute them in uint64 instead (defined to wrap, same low bits) and cast back to the signed
+# type (a truncation to int32 keeps numpy's int32 wraparound too).
+
+@njit(cache=True, nogil=True)
+def wrap_neg(x):
+    """-x of a signed integer scalar, as uint64 bits (MIN gives MIN's bits)."""
+    return np.uint64(0) - np.uint64(x)
+
+
+@njit(cache=True, nogil=True)
+def wrap_abs(x):
+    """numpy's abs of a signed integer scalar, as uint64 bits (abs(MIN) is MIN, as in numpy)."""
+    return np.uint64(x) if x >= 0 else np.uint64(0) - np.uint64(x)
+
+
 @njit(cache=True, nogil=True)
 def int_floordiv(a, b):
     """numpy's floor_divide of two integer scalars, b != 0 (checked before): floor semantics, and
     MIN // -1 wraps to MIN as numpy's does (no trap)."""
     if b == -1:
-        return -a
+        return np.int64(wrap_neg(a))    # (callers pass int64: an int32's quotient is cast back by them)
     return a // b
 
 

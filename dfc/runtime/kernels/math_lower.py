@@ -34,11 +34,26 @@ def _proto(e, dtype):
     return e.gen.dead_value(t)
 
 
+# Integer +, -, * that may overflow: numpy wraps them; numba's signed arithmetic tells LLVM they never
+# overflow (compiled/helpers.py), so scalars are computed in uint64 and arrays by numpy's own loops.
+_WRAPPING = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
+_INTS = ("int32", "int64")
+
+
+def wrapping(op, dtype, a, b):
+    """a op b (op "+", "-" or "*") of signed integer scalars of dtype, wrapped as numpy wraps it."""
+    return f"{st(dtype)}(np.uint64({a}) {op} np.uint64({b}))"
+
+
 @lowering(*_NATIVE_BINARY)
 def _native_binary(e):
     a, b = e.args
     op = _NATIVE_BINARY[e.node.op]
     out = e.outs[0]
+    if e.node.op in _WRAPPING and out.dtype in _INTS:
+        if out.ndim == 0:
+            return [wrapping(op, out.dtype, a, b)]
+        return [loop_binary(e, _WRAPPING[e.node.op], a, b)]
     if out.ndim == 0:       # numba widens int32 arithmetic (and may widen float32): cast back
         return [f"({a} {op} {b})" if out.dtype in ("bool", "int64", "float64") else f"{st(out.dtype)}({a} {op} {b})"]
     return [f"({a} {op} {b})"]
@@ -132,6 +147,9 @@ def _loop_unary(e):
     return [loop_unary(e, _LOOP_UNARY[e.node.op], e.args[0], e.ins[0].ndim, e.ins[0].dtype)]
 
 
+_WRAPPING_UNARY = {"Neg": np.negative, "Abs": np.absolute, "Square": np.square}
+
+
 @lowering("Neg", "Abs", "Square", "Sqrt", "Floor", "Ceil", "IsFinite", "Reciprocal", "Rsqrt", "LogicalNot",
           "Sign")
 def _native_unary(e):
@@ -139,6 +157,12 @@ def _native_unary(e):
     op = e.node.op
     if op == "Sign" and t.dtype in ("float32", "float64"):
         return [loop_unary(e, np.sign, x, t.ndim, t.dtype)]     # sign(nan) is nan, sign(-0.0) is -0.0
+    if op in _WRAPPING_UNARY and t.dtype in _INTS:
+        if t.ndim:
+            return [loop_unary(e, _WRAPPING_UNARY[op], x, t.ndim, t.dtype)]
+        expr = {"Neg": f"H.wrap_neg({x})", "Abs": f"H.wrap_abs({x})",
+                "Square": f"np.uint64({x}) * np.uint64({x})"}[op]
+        return [f"{st(t.dtype)}({expr})"]
     one = f"{st(t.dtype)}(1)"
     expr = {"Neg": f"-{x}", "Abs": f"np.abs({x})", "Square": f"{x} * {x}", "Sqrt": f"np.sqrt({x})",
             "Floor": f"np.floor({x})", "Ceil": f"np.ceil({x})", "IsFinite": f"np.isfinite({x})",
@@ -345,7 +369,7 @@ def _matmul(e):
     return [f"{flat}[0]" if e.outs[0].ndim == 0 else flat]      # (n,) or (m,): flat already
 
 
-def _step(e, op, args, ins, out, **attrs):
+def step(e, op, args, ins, out, **attrs):
     """Lower `op` on (args, ins) into a fresh local of Type `out`: one step of a composite lowering."""
     from dfc.ir.graph import Node
     from dfc.runtime.kernels.lowering import LOWERINGS
@@ -363,10 +387,10 @@ def _softmax(e):
         raise Unsupported("softmax of a scalar")
     axis = e.node.attrs.get("axis", -1) % t.ndim
     k = t.with_shape([1 if j == axis else s for j, s in enumerate(t.shape)])
-    m = _step(e, "Max", [x], [t], k, axis=axis, keepdims=True)
-    z = _step(e, "Sub", [x, m], [t, k], t)
-    ez = _step(e, "Exp", [z], [t], t)
-    s = _step(e, "Sum", [ez], [t], k, axis=axis, keepdims=True)
+    m = step(e, "Max", [x], [t], k, axis=axis, keepdims=True)
+    z = step(e, "Sub", [x, m], [t, k], t)
+    ez = step(e, "Exp", [z], [t], t)
+    s = step(e, "Sum", [ez], [t], k, axis=axis, keepdims=True)
     if e.node.op == "LogSoftmax":
-        return [_step(e, "Sub", [z, _step(e, "Log", [s], [k], k)], [t, k], t)]
-    return [_step(e, "Div", [ez, s], [t, k], t)]
+        return [step(e, "Sub", [z, step(e, "Log", [s], [k], k)], [t, k], t)]
+    return [step(e, "Div", [ez, s], [t, k], t)]

@@ -199,8 +199,12 @@ def _assign(e):
         new = v
     else:
         sign = "+" if e.node.op == "AssignAdd" else "-"
-        new = e.tmp()
-        e.stmt(f"{new} = {h}[0] {sign} {v}" if t.ndim else f"{new} = np.{t.dtype}({h}[0] {sign} {v})")
+        if t.dtype in ("int32", "int64"):      # wrapped as numpy wraps it (math_lower's Add and Sub)
+            from dfc.runtime.kernels.math_lower import step
+            new = step(e, "Add" if sign == "+" else "Sub", [f"{h}[0]", v], [t, t], t)
+        else:
+            new = e.tmp()
+            e.stmt(f"{new} = {h}[0] {sign} {v}" if t.ndim else f"{new} = np.{t.dtype}({h}[0] {sign} {v})")
     if t.ndim:
         e.stmt(f"if {new}.shape != {h}[0].shape: raise ValueError('assign of another shape')")
     e.stmt(f"{h}[0] = {new}")
