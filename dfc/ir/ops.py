@@ -443,22 +443,37 @@ register("SumToShape", ("x", "shape"), 1, {}, _broadcast_to_infer, heavy=True)
 
 
 def getitem_shape(shape, spec, dyn):
-    """Static result shape of numpy basic/advanced indexing described by `spec`."""
-    if shape is None or any(s[0] in ("ellipsis", "tensor") for s in spec):
+    """Static result shape of numpy basic/advanced indexing described by `spec` (`dyn`: the TTypes of
+    the index inputs). numpy's rule: index arrays, and ints when any index array is present, are
+    broadcast together; their broadcast shape replaces them where they stand when they are adjacent
+    in the index, else it comes first. None when the rank is unknown."""
+    if shape is None:
         return None
-    out, i = [], 0
-    for item in spec:
+    arrays = [dyn[item[1]].shape for item in spec if item[0] == "tensor"]
+    if any(a is None for a in arrays):
+        return None
+    used = sum(item[0] not in ("newaxis", "ellipsis") for item in spec)
+    if used > len(shape):
+        raise DfcTypeError(f"too many indices for a tensor of rank {len(shape)}")
+    items = []
+    for item in spec:       # the ellipsis stands for the dimensions no other index takes (and, even
+        # when there are none, keeps the index arrays on either side of it apart, as in numpy)
+        items += ([["slice", None, None, None]] * (len(shape) - used) or [item]) if item[0] == "ellipsis" \
+            else [item]
+    advanced = [k for k, item in enumerate(items) if item[0] == "tensor" or (arrays and item[0] == "int")]
+    out, i, where = [], 0, None
+    for k, item in enumerate(items):
         kind = item[0]
-        if kind == "newaxis":
-            out.append(1)
+        if kind in ("newaxis", "ellipsis"):
+            out += [1] if kind == "newaxis" else []
             continue
-        if i >= len(shape):
-            raise DfcTypeError(f"too many indices for a tensor of rank {len(shape)}")
         n = shape[i]
         if kind == "int":
-            k = item[1]
-            if isinstance(k, int) and n is not None and not -n <= k < n:
-                raise DfcIndexError(f"index {k} is out of range for dimension {i} of size {n}")
+            v = item[1]
+            if isinstance(v, int) and n is not None and not -n <= v < n:
+                raise DfcIndexError(f"index {v} is out of range for dimension {i} of size {n}")
+        if k in advanced:
+            where = len(out) if where is None else where
         elif kind == "slice":
             parts = item[1:]
             if n is not None and all(isinstance(p, int) or p is None for p in parts):
@@ -466,7 +481,26 @@ def getitem_shape(shape, spec, dyn):
             else:
                 out.append(None)
         i += 1
-    return tuple(out) + tuple(shape[i:])
+    out += shape[i:]
+    if not advanced:
+        return tuple(out)
+    adjacent = advanced == list(range(advanced[0], advanced[-1] + 1))
+    return tuple(out[:where] + _broadcast_all(arrays) + out[where:]) if adjacent else \
+        tuple(_broadcast_all(arrays) + out)
+
+
+def _broadcast_all(shapes):
+    """numpy's broadcast of index array shapes (None: a size known only when the graph runs)."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for j in range(rank):
+        sizes = {s[j - rank + len(s)] for s in shapes if j - rank + len(s) >= 0}
+        known = {d for d in sizes if d is not None and d != 1}
+        if len(known) > 1:
+            raise DfcTypeError(f"index arrays of shapes {', '.join(str(list(s)) for s in shapes)} do not "
+                               f"broadcast together")
+        out.append(known.pop() if known else None if None in sizes else 1)
+    return out
 
 
 def check_index_spec(spec, n_index):
