@@ -2,7 +2,7 @@
 
     ckpt = dfc.Checkpoint({"w": w, "b": b})     # or a list of Variables: named after v.name
     ckpt.save("model.npz")        # in traced code: one Save node writing the variables' current values
-    w_, b_ = ckpt.restore("model.npz")          # Restore + Assign per variable; returns the restored values
+    w_, b_ = ckpt.restore("model.npz")          # one Restore, an Assign per variable; returns the values
     ckpt.save("model.npz")        # outside any graph: writes the values in the container now
 
 Equivalent Python when the graph runs:
@@ -14,9 +14,11 @@ Where dfc differs: the path is a string fixed when the graph is built (an attr
 of the node), and it must end in ".npz" (numpy.savez would append the suffix
 and numpy.load would then miss the file). A save is atomic (a temporary file
 renamed over the old one), so a process killed mid-save keeps the previous
-checkpoint; a restore checks each value's dtype and shape against the
-variable's and changes nothing if one differs. A graph loaded from JSON may
-only use paths relative to the session's checkpoint directory
+checkpoint; a restore reads one snapshot of the file (a save racing it cannot
+mix two saves) and checks every value's dtype and shape against the variable's,
+changing nothing if one is missing, differs or is damaged (in a graph too: one
+Restore node reads all, and the Assigns take its outputs). A graph loaded from
+JSON may only use paths relative to the session's checkpoint directory
 (`Session(checkpoint_dir=...)`, `dfc run --checkpoint-dir`). Save and Restore are side effects,
 so they run in program order with the variables' reads and assigns, inside
 loops and branches too (a save at one iteration of an in-graph training loop).
@@ -55,16 +57,16 @@ class Checkpoint:
     def restore(self, path):
         """Build Restore + Assign for every variable from `path`; return the restored values (a list)."""
         path = _checked(path)
+        names, variables = list(self.variables), list(self.variables.values())
         if current_builder(required=False) is None:
-            values = {n: _eager(checkpoints.load_entry, path, n, v.dtype, v.shape)      # all checked first
-                      for n, v in self.variables.items()}
-            return [v.assign(values[n]) for n, v in self.variables.items()]
-        b = current_builder()
-        out = []
-        for name, v in self.variables.items():
-            value = b.make1("Restore", (), {"path": path, "name": name, "dtype": v.dtype, "shape": list(v.shape)})
-            out.append(v.assign(value))
-        return out
+            values = _eager(checkpoints.load_npz, path, [(n, v.dtype, v.shape) for n, v in self.variables.items()])
+            return [v.assign(value) for v, value in zip(variables, values)]
+        # one Restore node reads the file once and checks every entry; the Assigns take its outputs, so
+        # none runs unless all are good
+        values = current_builder().make("Restore", (), {"path": path, "names": names,
+                                                         "dtypes": [v.dtype for v in variables],
+                                                         "shapes": [list(v.shape) for v in variables]})
+        return [v.assign(value) for v, value in zip(variables, values)]
 
     def __repr__(self):
         return f"<dfc.Checkpoint {list(self.variables)}>"

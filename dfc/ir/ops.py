@@ -774,9 +774,23 @@ register("TensorArrayScatter", ("handle", "indices", "value", "flow"), 1, {}, la
 # Checkpoints (course note: Save ops read variables and write a file).
 register("Save", ("*values",), 0, {"path": ("str", REQUIRED), "names": ("strs", REQUIRED)},
          lambda a, ins: [], stateful=True)
-register("Restore", (), 1, {"path": ("str", REQUIRED), "name": ("str", REQUIRED),
-                            "dtype": ("dtype", REQUIRED), "shape": ("shape", None)},
-         lambda a, ins: [TType(a["dtype"], a["shape"])], stateful=True)
+# One Restore reads every variable of a checkpoint (one snapshot, all checked before any output exists).
+def _restore_infer(attrs, ins):
+    names, dts, shapes = attrs["names"], attrs["dtypes"], attrs["shapes"]
+    if len(set(names)) != len(names) or len(names) > MAX_OUTPUTS:
+        raise DfcTypeError(f"Restore: names must be unique (at most {MAX_OUTPUTS}), got {names!r}")
+    if len(dts) != len(names) or any(d not in dt.ALL for d in dts):
+        raise DfcTypeError(f"Restore: dtypes must be one of {', '.join(dt.ALL)} per name, got {dts!r}")
+    if shapes is not None and (not isinstance(shapes, list) or len(shapes) != len(names) or not all(
+            s is None or (isinstance(s, list) and all(d is None or (_is_int(d) and 0 <= d <= INT_MAX) for d in s))
+            for s in shapes)):
+        raise DfcTypeError(f"Restore: shapes must be one shape (a list of dims, or null) per name, got {shapes!r}")
+    return [TType(d, None if s is None else tuple(s)) for d, s in zip(dts, shapes or [None] * len(dts))]
+
+
+register("Restore", (), lambda a, n: len(a["names"]),
+         {"path": ("str", REQUIRED), "names": ("strs", REQUIRED), "dtypes": ("strs", REQUIRED),
+          "shapes": ("json", None)}, _restore_infer, stateful=True)
 
 
 def canonical_attrs(op, attrs, node=None):

@@ -56,7 +56,7 @@ def test_save_and_restore_agree_without_npz_suffix(tmp_path):
 
     def restore():
         return dfc.compiler.tracing.current_builder().make1(
-            "Restore", (), {"path": path, "name": "x", "dtype": "float64", "shape": [2]})
+            "Restore", (), {"path": path, "names": ["x"], "dtypes": ["float64"], "shapes": [[2]]})
 
     dfc.trace(save, dfc.TensorSpec([2], "float64"))(np.array([1.0, 2.0]))
     np.testing.assert_array_equal(dfc.trace(restore)(), [1.0, 2.0])

@@ -55,3 +55,17 @@ def test_errors(tmp_path):
     g = dfc.trace(lambda: dfc.Checkpoint([w]).restore(str(tmp_path / "missing.npz")))
     with pytest.raises(dfc.DfcError, match="cannot restore"):
         g()
+
+
+def test_a_restore_is_one_node_and_survives_a_saved_graph(tmp_path):
+    np.savez(tmp_path / "ck.npz", w=np.arange(2.0), b=np.int64(7))
+    w = dfc.Variable(np.zeros(2), name="w_one_restore")
+    b = dfc.Variable(np.int64(0), name="b_one_restore")
+    g = dfc.trace(lambda: dfc.Checkpoint({"w": w, "b": b}).restore("ck.npz"))
+    assert [n.op for n in g.nodes.values()].count("Restore") == 1      # one read of the file for both
+    dfc.save(g, str(tmp_path / "restore.json"))
+    rw, rb = dfc.Session(dfc.load(str(tmp_path / "restore.json")), checkpoint_dir=str(tmp_path)).call()
+    np.testing.assert_array_equal(rw, [0, 1])
+    assert rb == 7 and rb.dtype == np.int64
+    np.testing.assert_array_equal(w.numpy(), [0, 1])
+    assert b.numpy() == 7

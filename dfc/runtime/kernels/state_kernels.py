@@ -286,11 +286,12 @@ def _save(node, xp):
 def _restore(node, xp):
     at = node.attrs
     path = _npz(at["path"])
+    entries = list(zip(at["names"], at["dtypes"], at["shapes"] or [None] * len(at["names"])))
 
     def f(ctx, a):
-        v = checkpoints.load_entry(ctx.files.resolve(path, node.name), at["name"], at["dtype"], at["shape"],
-                                   node.name)
-        return (xp.asarray(v),)
+        # one node reads every variable, so the Assigns that take its outputs run only once all are good
+        values = checkpoints.load_npz(ctx.files.resolve(path, node.name), entries, node.name)
+        return tuple(xp.asarray(v) for v in values)
     return f
 
 
