@@ -6,6 +6,8 @@ branches), one Merge per output. while_loop: Figure 4 for each loop variable
 Switch -> Exit), a LoopCond on the predicate, and a constant Enter for each
 captured tensor.
 """
+import numpy as np
+
 from dfc import config, nest
 from dfc.errors import DfcError, DfcTypeError
 from dfc.ir import dtypes as dt
@@ -302,18 +304,50 @@ def while_loop(cond_fn, body_fn, loop_vars, parallel_iterations=32, maximum_iter
     Outside a graph (dfc.config.run_functions_eagerly, or numpy values) it is the Python loop
     above, with maximum_iterations and the same checks of what the body returns.
     """
+    loc = user_location()
+    parallel_iterations, maximum_iterations = _loop_options(parallel_iterations, maximum_iterations, loc)
     if current_builder(required=False) is None:
         from dfc.compiler import eager
         return eager.while_loop(cond_fn, body_fn, loop_vars, maximum_iterations)
     b = current_builder()
     call = _LoopCall(cond_fn, body_fn, loop_vars, parallel_iterations, maximum_iterations, swap_memory,
-                     names, name, user_location())
+                     names, name, loc)
     start = call.start_types()
     site = b.loop_site.child()
     out = _build_from_hint(b, call, site, start)
     if out is None:
         out = _build_settled(b, call, site, start)
     return out[0] if call.single else out
+
+
+_INT64_MAX = 2 ** 63 - 1
+
+
+def _count(value, what, least, loc):
+    """value as a Python int in [least, int64's maximum], or a DfcTypeError naming the user's line."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise DfcTypeError(f"{what} must be an integer, got {type(value).__name__} {value!r}"[:300], loc=loc)
+    if not least <= int(value) <= _INT64_MAX:
+        raise DfcTypeError(f"{what} must be in [{least}, 2**63 - 1], got {int(value)}", loc=loc)
+    return int(value)
+
+
+def _loop_options(parallel_iterations, maximum_iterations, loc):
+    """while_loop's parallel_iterations (an int >= 1) and maximum_iterations (None, an int >= 0 or an integer
+    scalar tensor), checked where the user gives them: the graph holds them as int64."""
+    parallel_iterations = _count(parallel_iterations, "while_loop parallel_iterations", 1, loc)
+    m = maximum_iterations
+    if m is not None and not isinstance(m, Tensor) and hasattr(m, "_dfc_tensor"):
+        m = m._dfc_tensor()
+    if isinstance(m, Tensor):
+        if m.dtype not in dt.INTS or m.shape not in (None, ()):
+            raise DfcTypeError(f"while_loop maximum_iterations must be an integer scalar, got a tensor of "
+                               f"{m.dtype} {dt.format_shape(m.shape)}", loc=loc)
+    elif m is not None:
+        m = _count(m, "while_loop maximum_iterations", 0, loc)
+    return parallel_iterations, m
 
 
 class _LoopCall:
