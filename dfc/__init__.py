@@ -9,6 +9,8 @@ from dfc.errors import (DfcError, DfcGraphError, DfcTypeError, DfcConversionErro
                         DfcAssertionError, DfcDeadlockError, DfcInputError, DfcOutOfMemory, DfcIndexError,
                         DfcQueueClosed, DfcQueueTimeout)
 
+from dfc.traceback_filter import api_boundary
+
 __version__ = "0.1.0"
 
 _OPS = ("constant add subtract multiply divide floordiv mod pow maximum minimum negative abs sign square sqrt "
@@ -56,6 +58,7 @@ _ALIASES = {"sum": "reduce_sum", "mean": "reduce_mean", "max": "reduce_max", "mi
             "absolute": "abs", "power": "pow"}
 
 
+@api_boundary
 def run(graph, *args, **kwargs):
     """Run a Graph with its inputs (same as graph(*args)), in the one Session cached for the graph."""
     from dfc.runtime.session import session_for

@@ -15,12 +15,16 @@ import re
 
 import click
 
+from dfc import config
 from dfc.errors import DfcError, DfcInputError
 
 
 class _Main(click.Group):
     def invoke(self, ctx):
         debug = ctx.params.get("debug")
+        before = config.traceback_mode()
+        if debug:
+            config.set_traceback("full")    # --debug shows dfc's own frames too
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort, BrokenPipeError):
@@ -44,6 +48,8 @@ class _Main(click.Group):
                 raise
             _fail(ctx, f"dfc: internal error: {type(e).__name__}: {e}\n"
                        f"This is a bug in dfc; run again with `dfc --debug ...` for the traceback and report it.")
+        finally:
+            config.set_traceback(before)
 
 
 def _from_broken_pipe(e):

@@ -79,6 +79,39 @@ def default_float():
     return _default_float
 
 
+# ---------------------------------------------------------------- tracebacks of user errors
+
+_TRACEBACKS = ("filtered", "full")
+
+
+def _env_traceback():
+    value = os.environ.get("DFC_TRACEBACK", "").strip().lower() or "filtered"
+    if value not in _TRACEBACKS:
+        from dfc.errors import DfcError
+        raise DfcError(f"DFC_TRACEBACK={value!r}: use filtered or full")
+    return value
+
+
+_traceback = _env_traceback()
+
+
+def set_traceback(mode):
+    """How a DfcError's traceback looks when it leaves dfc: "filtered" (the default) drops the frames
+    of dfc's own code, leaving the user's frames and the error (as JAX does); "full" keeps every
+    frame, for debugging dfc itself. The environment variable ``DFC_TRACEBACK=full`` sets the
+    initial value; the CLI's ``--debug`` uses "full" for its command."""
+    global _traceback
+    if mode not in _TRACEBACKS:
+        from dfc.errors import DfcError
+        raise DfcError(f"set_traceback({mode!r}): use 'filtered' or 'full'")
+    _traceback = mode
+
+
+def traceback_mode():
+    """The traceback mode, "filtered" or "full" (see set_traceback)."""
+    return _traceback
+
+
 # ---------------------------------------------------------------- disk cache of compiled loops
 
 def cache_dir():

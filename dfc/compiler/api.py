@@ -5,8 +5,10 @@ import threading
 from dfc.errors import DfcError
 
 from dfc.compiler import tracing
+from dfc.traceback_filter import api_boundary
 
 
+@api_boundary
 def trace(fn, *args, **kwargs):
     """Build a Graph by calling fn: TensorSpec arguments become graph inputs, others are static."""
     return tracing.trace(fn, args, kwargs)

@@ -7,6 +7,7 @@ creation order, which is also the order of the JSON file.
 from dfc.errors import DfcGraphError, DfcInputError, DfcTypeError
 from dfc.ir import ops as opreg
 from dfc.ir.dtypes import TType
+from dfc.traceback_filter import api_boundary
 
 ROOT_FRAME = ""
 
@@ -327,6 +328,7 @@ class Graph:
         from dfc.ir.printer import graph_text
         return graph_text(self)
 
+    @api_boundary
     def __call__(self, *args, **kwargs):
         """Run the graph on its inputs: `dfc.run(graph, ...)` (the runtime; dfc.ir never imports it)."""
         import dfc

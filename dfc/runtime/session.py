@@ -55,6 +55,7 @@ from dfc.ir.graph import parse_input
 from dfc.runtime import checkpoints, containers, folding, host_memory, reference
 from dfc.runtime.executor import Plan, Run, KernelContext, default_printer, Transport, PartitionedRun, check_fetches
 from dfc.runtime.limits import MemoryLimit
+from dfc.traceback_filter import api_boundary
 
 MODES = ("reference", "threads")
 # Send/Recv values of this many bytes or more cross tasks through Ray's object store (by reference), smaller
@@ -362,6 +363,7 @@ class Session:
             return {"cpu:0": self.graph}
         return pt.partition(self.graph, self.placement, pt.frame_ids_of(self.graph)).graphs
 
+    @api_boundary
     def run(self, fetches, feeds=None, targets=()):
         """Fetch a tensor ref ("node:port" or node name) or a nested structure of them."""
         feeds = {self._feed_name(k): v for k, v in (feeds or {}).items()}
@@ -418,10 +420,12 @@ class Session:
             raise DfcInputError(f"can only feed output 0 of a node, not {key!r}")
         return name
 
+    @api_boundary
     def call(self, *args, **kwargs):
         """Run the graph's signature: positional/keyword inputs in, outputs in their nesting."""
         return structure.pack(self.graph.signature.get("outputs"), self.call_flat(*args, **kwargs))
 
+    @api_boundary
     def call_flat(self, *args, **kwargs):
         """Like call, but the outputs flattened depth-first in return order."""
         sig = self.graph.signature

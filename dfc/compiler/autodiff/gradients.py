@@ -25,6 +25,7 @@ from dfc.compiler.tracing import Tensor, convert, current_builder, user_location
 from dfc.compiler.control_flow import CondBranch, WhileContext
 from dfc.compiler import ops_api
 from dfc.compiler.autodiff.op_grads import GRADS, NOT_DIFFERENTIABLE
+from dfc.traceback_filter import api_boundary
 
 _PASS_THROUGH = ("Enter", "Switch", "Identity")
 
@@ -306,10 +307,16 @@ class GradState:
         if rule is None:
             raise DfcError(f"no gradient rule for op {node.op}", node=key, loc=node.loc)
         d = self.deferred.get(key)
-        if d is not None and out_grads[0] is not None:
-            in_grads = d.backprop(OpView(self, node), out_grads[0])
-        else:
-            in_grads = rule(OpView(self, node), *out_grads)
+        try:
+            if d is not None and out_grads[0] is not None:
+                in_grads = d.backprop(OpView(self, node), out_grads[0])
+            else:
+                in_grads = rule(OpView(self, node), *out_grads)
+        except DfcError as e:
+            if e.loc is None:       # a rule's own error: point at the user's line that built the op
+                e.loc = node.loc or user_location()
+                e.args = (e._format(),)
+            raise
         if len(in_grads) != len(ins):
             raise DfcError(f"gradient of {node.op} returned {len(in_grads)} values for {len(ins)} inputs",
                            node=key)
@@ -515,6 +522,7 @@ def _as_x(x):
                        loc=user_location())
 
 
+@api_boundary
 def gradients(ys, xs, grad_ys=None, unconnected_gradients="none"):
     """Symbolic gradients of sum(ys) with respect to each of xs, built into the current graph.
 

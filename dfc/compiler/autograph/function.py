@@ -17,6 +17,7 @@ import numpy as np
 
 from dfc import config, nest
 from dfc.errors import DfcInputError
+from dfc.traceback_filter import api_boundary
 from dfc.compiler import eager, variables
 from dfc.compiler.autograph import conversion, core, parser
 from dfc.compiler.autograph.errors import DfcUndefinedVariableError, DfcUnsupportedSyntaxError
@@ -80,6 +81,7 @@ class Function:
                         _cache=self._cache)
 
     # ------------------------------------------------------------ calling
+    @api_boundary
     def __call__(self, *args, **kwargs):
         if core.current_builder() is not None:
             return self.converted_python_function()(*args, **kwargs)
@@ -100,6 +102,7 @@ class Function:
                 call_args[i] = _convert_input(call_args[i], spec, params[i] if i < len(params) else f"arg{i}")
         return eager.run_function(self.python_function, call_args, call_kwargs, self.__name__)
 
+    @api_boundary
     def concrete(self, *args, **kwargs):
         """(the Graph a call with these arguments runs, its flat input values): `f(*args)` is
         `graph(*inputs)`. Traces on the first call with a new signature, like a call."""
@@ -107,6 +110,7 @@ class Function:
         key, trace_args, trace_kwargs, inputs = self._prepare(call_args, call_kwargs, values=True)
         return self._graph(key, trace_args, trace_kwargs), inputs
 
+    @api_boundary
     def trace(self, *args, **kwargs):
         """The Graph for these TensorSpecs (graph inputs) and Python values (static)."""
         if self.input_signature is not None and not args and not kwargs:
