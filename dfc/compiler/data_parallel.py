@@ -35,14 +35,14 @@ more updates than another's. `dp.restore()` loads each task's newest shard; the 
 """
 import numpy as np
 
-from dfc.compiler import ops_api
+from dfc.compiler import ops_api, variables
 from dfc.compiler.api import device as device_scope
 from dfc.compiler.api import trace
 from dfc.compiler.autodiff import gradients
 from dfc.compiler.control_flow import cond, while_loop
 from dfc.compiler.queues import ConditionalAccumulator, FIFOQueue
 from dfc.compiler.tensor_array import TensorArray
-from dfc.compiler.tracing import TensorSpec
+from dfc.compiler.tracing import TensorSpec, current_builder
 from dfc.compiler.variables import Variable
 from dfc.errors import DfcError
 
@@ -89,6 +89,7 @@ class DataParallel:
         self.progress = False
         self._ps_clock = {}          # ps task -> (its update counter, the time of its last save), on that task
         self.worker_steps = {}       # worker -> Variable counting its steps (in-graph loops), on ps:0
+        self.applied = {}            # async: (worker, ps device) -> Variable: how many of its steps applied there
 
     def variable(self, initial_value, name=None, dtype=None):
         """A parameter on the next ps task (round-robin), with its optimizer slots beside it."""
@@ -122,15 +123,19 @@ class DataParallel:
             self.tokens = FIFOQueue(1 << 30, "int64", [], name=f"{self.name}_tokens",
                                     device=f"{self.ps[0]}/cpu:0")
         scalar = TensorSpec([], "int64")
+        for w in self.workers if self.mode == "async" else ():    # all before any step: shards hold them all
+            for d in sorted({str(v.device) for v in [self.global_step] + vars_}):
+                self._record(w, d)
         for w in self.workers:
             step = self._worker_step(loss_fn, w, vars_)
             if loop == "graph":
                 if w not in self.worker_steps:
-                    self.worker_steps[w] = Variable(np.int64(0), name=f"{self.name}_{w.replace(':', '')}_steps",
-                                                    device=f"{self.ps[0]}/cpu:0")
-                g = trace(self._worker_loop(step, w, len(specs)), *specs, scalar, scalar, scalar)
+                    self.worker_steps[w] = self._record(w, str(self.global_step.device)) if self.mode == "async" \
+                        else Variable(np.int64(0), name=f"{self.name}_{w.replace(':', '')}_steps",
+                                      device=f"{self.ps[0]}/cpu:0")
+                g = trace(self._worker_loop(step, w, len(specs)), *specs, scalar, scalar, scalar, scalar)
             else:
-                g = trace(step, *specs)
+                g = trace(step, *specs, scalar)
             self.sessions.append(Session(g, cluster=self.cluster, wire_compression=self.wire_compression,
                                          progress=self.progress or None))
         self.chief = None
@@ -140,17 +145,26 @@ class DataParallel:
             self.chief = Session(g, cluster=self.cluster, wire_compression=self.wire_compression)
         return self
 
+    def _record(self, worker, dev):
+        """The Variable on ps device `dev` counting the worker's steps applied there (async mode)."""
+        key = (worker, dev)
+        if key not in self.applied:
+            tag = f"{self.name}_{worker.replace(':', '')}_applied_{dev.split('/')[0].replace(':', '')}"
+            self.applied[key] = Variable(np.int64(0), name=tag, device=dev)
+        return self.applied[key]
+
     def _worker_step(self, loss_fn, worker, vars_):
-        """step(*batch) -> (loss, token): async, the new global step; sync, the token that released it."""
+        """step(*batch, sid) -> (loss, token): async, the new global step; sync, the token that released it.
+        sid: the worker's step id (async: applied only if not applied before; sync: unused)."""
         def step(*inputs):
+            *inputs, sid = inputs
             local = self.global_step.read_value()
             with device_scope(f"{worker}/cpu:0"):
                 loss = loss_fn(*inputs)
                 grads = gradients(loss, vars_)
             if self.mode == "async":
-                self.optimizer.apply_gradients(list(zip(grads, vars_)), global_step=local)
-                token = self.global_step.assign_add(np.int64(1))
-                self._save_shards()
+                token = self._apply_once(worker, sid, lambda: self.optimizer.apply_gradients(
+                    list(zip(grads, vars_)), global_step=local))
             else:
                 for acc, g in zip(self.accumulators, grads):
                     acc.apply_grad(g, local)
@@ -159,21 +173,84 @@ class DataParallel:
         step.__name__ = f"train_step_{worker.replace(':', '')}"
         return step
 
+    def _apply_once(self, worker, sid, build):
+        """The updates `build()` traces (the optimizer's), the global step's increment and the checkpoint
+        counters, as one ApplyOnce per ps device: each applies all its updates or none, and only if the
+        worker's step `sid` was not applied there before (a restarted worker may run a step again whose
+        update had reached the ps). Returns the new global step."""
+        updates = []
+
+        def hook(var, op, value):
+            updates.append((var, op, value))
+            if op == "Assign":
+                return value
+            return var.read_value() + value if op == "AssignAdd" else var.read_value() - value
+        variables.update_hooks.hook = hook
+        try:
+            build()
+        finally:
+            variables.update_hooks.hook = None
+        one = ops_api.constant(np.int64(1))
+        updates.append((self.global_step, "AssignAdd", one))
+        for counter, _saved_at in self._ps_clock.values():
+            updates.append((counter, "AssignAdd", one))
+        shards = self._shards() if self._ps_clock else {}
+        by_dev, token = {}, None
+        for var, op, value in updates:
+            by_dev.setdefault(str(var.device), []).append((var, op, value))
+        for dev, items in sorted(by_dev.items()):
+            task = dev.split("/")[0]
+            snap = [v for v in [self.global_step] if str(v.device) == dev]
+            if task in shards:
+                seen = set(map(id, snap))
+                snap += [v for v in [*shards[task].variables.values(), self._ps_clock[task][0]] if id(v) not in seen]
+            ins = [self._record(worker, dev).handle(), sid] + [v.handle() for v, _, _ in items] + \
+                [x for _, _, x in items] + [v.handle() for v in snap]
+            out = current_builder().make("ApplyOnce", ins, {"ops": [op for _, op, _ in items],
+                                                             "dtypes": [v.dtype for v in snap]})
+            values = dict(zip(map(id, snap), out[1:]))
+            if str(self.global_step.device) == dev:
+                token = values[id(self.global_step)]
+            if task in shards:
+                self._save_snapshot(task, shards[task], out[0], values)
+        return token
+
+    def _save_snapshot(self, task, ckpt, applied, values):
+        """Save task's shard from the values its ApplyOnce read (one consistent state: Variables and the
+        workers' applied-step records) when this update is due for a checkpoint."""
+        counter, saved_at = self._ps_clock[task]
+        with device_scope(f"{task}/cpu:0"):
+            due = ops_api.constant(False)
+            if self.checkpoint_every:
+                due = ops_api.logical_or(due, values[id(counter)] % self.checkpoint_every == 0)
+            if self.checkpoint_secs:
+                due = ops_api.logical_or(due, ops_api.timestamp() - saved_at.read_value() >= self.checkpoint_secs)
+            due = ops_api.logical_and(applied, due)
+
+            def save():
+                with device_scope(f"{task}/cpu:0"):
+                    current_builder().make("Save", [values[id(v)] for v in ckpt.variables.values()],
+                                           {"path": self.shard_path(task), "names": list(ckpt.variables)})
+                    saved_at.assign(ops_api.timestamp())
+                return np.int64(0)
+            cond(due, save, lambda: np.int64(0))
+
     def _worker_loop(self, step, worker, n_inputs):
-        """The paper's in-graph training loop: loop(*shard, steps, batch, start) runs minibatches start,
-        start+1, ... of the shard (wrapping around) until `steps` (async) or the STOP token (sync) and
-        returns each step's loss (float64)."""
+        """The paper's in-graph training loop: loop(*shard, steps, batch, start, base) runs minibatches
+        start, start+1, ... of the shard (wrapping around) until `steps` (async) or the STOP token (sync)
+        and returns each step's loss (float64); minibatch i is the worker's step base + i."""
         counter = self.worker_steps[worker]
 
         def loop(*args):
-            data, (steps, batch, start) = args[:n_inputs], args[n_inputs:]
+            data, (steps, batch, start, base) = args[:n_inputs], args[n_inputs:]
             rows = ops_api.shape(data[0])[0]
 
             def body(i, go, losses):
                 with device_scope(f"{worker}/cpu:0"):
                     idx = ops_api.mod(i * batch + ops_api.range(batch), rows)
-                    loss, token = step(*[ops_api.gather(a, idx) for a in data])
-                counter.assign_add(np.int64(1))
+                    loss, token = step(*[ops_api.gather(a, idx) for a in data], base + i)
+                if self.mode == "sync":      # async: the step's ApplyOnce counts it (counter is its record)
+                    counter.assign_add(np.int64(1))
                 if self.progress:
                     with device_scope(CHIEF):
                         from dfc.compiler.progress import progress
@@ -216,10 +293,11 @@ class DataParallel:
         return f"{self.name}_{ps.replace(':', '')}.npz"
 
     def _shards(self):
-        """ps task -> dfc.Checkpoint of the Variables it holds (ps:0's includes the global step)."""
+        """ps task -> dfc.Checkpoint of the Variables it holds (ps:0's includes the global step; async, each
+        task's includes the workers' applied-step records there)."""
         from dfc.compiler.checkpoint import Checkpoint
         out = {}
-        for v in [self.global_step] + self.variables:
+        for v in [self.global_step] + self.variables + list(self.applied.values()):
             task = str(v.device).split("/")[0]
             out.setdefault(task, {})[v.shared_name] = v
         return {task: Checkpoint(vs) for task, vs in out.items()}

@@ -118,6 +118,12 @@ def run(dp, shards, steps, batch_size=None, delays=None, on_step=None, restart_f
     start_step = int(dp.global_step.numpy())
     target = start_step + int(steps)
     counted = {w: int(v.numpy()) for w, v in dp.worker_steps.items()} if graph else {}
+    # async: each worker step has an id (base + its index in this run); the ps applies a step id once
+    base = {w: max(_records(dp, w), default=0) for w in dp.workers}
+
+    def applied_steps(w):
+        """How many of worker w's steps of this run every ps device has applied (async)."""
+        return max(0, min(_records(dp, w)) - base[w])
 
     def python_steps(k, i):
         shard, s = shards[k], dp.sessions[k]
@@ -125,7 +131,8 @@ def run(dp, shards, steps, batch_size=None, delays=None, on_step=None, restart_f
         b = rows if batch_size is None else int(batch_size)
         while not stop.is_set() and (dp.mode == "sync" or i < steps):
             idx = np.arange(i * b, i * b + b) % rows
-            loss, token = recovery.call(lambda: s.call(*[a[idx] for a in shard]))
+            sid = np.int64(base[dp.workers[k]] + i)
+            loss, token = recovery.call(lambda: s.call(*[a[idx] for a in shard], sid))
             if dp.mode == "sync" and int(token) == STOP:
                 return
             losses[k].append(float(loss))
@@ -140,11 +147,15 @@ def run(dp, shards, steps, batch_size=None, delays=None, on_step=None, restart_f
         rows = len(shard[0])
         b = np.int64(rows if batch_size is None else int(batch_size))
         total = np.int64(steps if dp.mode == "async" else FOREVER)
-        done = np.int64(int(dp.worker_steps[w].numpy()) - counted[w])   # steps taken this run (a restart)
+        if dp.mode == "async":                                            # steps applied this run (a restart)
+            done = np.int64(recovery.call(lambda: applied_steps(w)))
+        else:
+            done = np.int64(int(dp.worker_steps[w].numpy()) - counted[w])
         if dp.mode == "async" and done >= total:
             return
+        del losses[k][int(done):]          # a restored ps lost them: taken again
         losses[k].extend([float("nan")] * (int(done) - len(losses[k])))   # lost with a dead worker's process
-        out = recovery.call(lambda: s.call(*shard, total, b, done))
+        out = recovery.call(lambda: s.call(*shard, total, b, done, np.int64(base[w])))
         if dp.mode == "sync":
             out = out[:-1]      # the step that dequeued STOP (its gradient went stale): not counted
         losses[k].extend(float(x) for x in out)
@@ -165,6 +176,11 @@ def run(dp, shards, steps, batch_size=None, delays=None, on_step=None, restart_f
             if restart_failed and not stop.is_set():
                 log.warning("%s died (%s); restarting it", worker, why)
                 dp.cluster.restart(worker)
+                if dp.mode == "async" and not graph:
+                    # its step may have been applied before it died: then it is not run again (its loss is
+                    # lost with the process)
+                    done = recovery.call(lambda: applied_steps(worker))
+                    losses[k].extend([float("nan")] * (min(done, len(losses[k]) + 1) - len(losses[k])))
                 return work(k, len(losses[k]))
             if dp.mode == "sync" and n - len(failed) < dp.m:
                 halt(DfcError(f"sync training needs {dp.m} workers per update and only {n - len(failed)} are "
@@ -200,6 +216,11 @@ def run(dp, shards, steps, batch_size=None, delays=None, on_step=None, restart_f
     return {"losses": losses, "worker_steps": [len(x) for x in losses], "updates": int(dp.global_step.numpy()),
             "failed": failed, "recovered": recovery.events,
             "bytes_between_processes": sum(s.wire_stats()["bytes_sent"] for s in sessions)}
+
+
+def _records(dp, worker):
+    """The values of the worker's applied-step records, one per ps device (none in sync mode)."""
+    return [int(v.numpy()) for (w, _dev), v in dp.applied.items() if w == worker]
 
 
 def _chief(dp, recovery, target, errors, halt):

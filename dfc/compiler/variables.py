@@ -33,6 +33,7 @@ from dfc.runtime.session import convert_input
 _names = set()
 _names_lock = threading.Lock()
 _creation = threading.local()      # .forbidden_in: the dfc.function being retraced, if any
+update_hooks = threading.local()   # .hook(variable, op, value): takes traced updates instead of an Assign node
 
 
 @contextlib.contextmanager
@@ -171,6 +172,9 @@ class Variable:
         if v.shape is not None and not dt.shapes_compatible(v.shape, self.shape):
             raise DfcError(f"cannot {op} a value of shape {list(v.shape)} to variable {self.name!r} of shape "
                            f"{list(self.shape)}", loc=user_location())
+        hook = getattr(update_hooks, "hook", None)
+        if hook is not None:        # collected for one atomic ApplyOnce (dfc/compiler/data_parallel.py)
+            return hook(self, op, v)
         return current_builder().make1(op, (self.handle(), v))
 
     def assign(self, v):

@@ -737,6 +737,30 @@ register("ReadVariable", ("handle",), 1, {"dtype": ("dtype", REQUIRED), "shape":
 for _n in ("Assign", "AssignAdd", "AssignSub"):
     register(_n, ("handle", "value"), 1, {}, lambda a, ins: [TType(ins[1].dtype, ins[1].shape)], stateful=True)
 
+
+def _apply_once_infer(attrs, ins):
+    ops, n = attrs["ops"], len(attrs["ops"])
+    if any(o not in ("Assign", "AssignAdd", "AssignSub") for o in ops):
+        raise DfcTypeError(f"ApplyOnce: ops must be Assign, AssignAdd or AssignSub, got {ops!r}")
+    rest = ins[2:]
+    if len(rest) < 2 * n or len(rest) - 2 * n != len(attrs["dtypes"]):
+        raise DfcTypeError(f"ApplyOnce takes a record, a step, {n} handles, {n} values and one handle per "
+                           f"snapshot dtype ({len(attrs['dtypes'])}), got {len(ins)} inputs")
+    if any(d not in dt.ALL for d in attrs["dtypes"]):
+        raise DfcTypeError(f"ApplyOnce: dtypes must be some of {', '.join(dt.ALL)}, got {attrs['dtypes']!r}")
+    for t in [ins[0]] + rest[:n] + rest[2 * n:]:
+        _require("ApplyOnce", t, (dt.HANDLE,), "record/variable")
+    _require("ApplyOnce", ins[1], dt.INTS, "step")
+    return [TType("bool", ())] + [TType(d, None) for d in attrs["dtypes"]]
+
+
+# Exactly-once updates (data-parallel training): ApplyOnce(record, step, *handles, *values, *snapshot)
+# applies every `ops[k]` of values[k] to handles[k] and sets the int64 record to step + 1, all in one
+# kernel, only when record <= step; outputs whether it applied and the snapshot Variables' values, read
+# under the same lock (a checkpoint of them is never torn by another ApplyOnce).
+register("ApplyOnce", ("record", "step", "*args"), lambda a, n: 1 + len(a["dtypes"]),
+         {"ops": ("strs", REQUIRED), "dtypes": ("strs", [])}, _apply_once_infer, stateful=True)
+
 # Stacks hold the forward values a gradient loop needs (§5.1).
 # elem_dtype may be "resource": gradients of nested loops save TensorArray handles on stacks.
 register("StackV2", (), 1, {"elem_dtype": ("elem_dtype", REQUIRED), "swap_memory": ("bool", False)},

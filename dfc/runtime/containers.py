@@ -60,15 +60,8 @@ class VariableResource:
     def assign(self, value, op="Assign", node=None):
         """Set the value (op "Assign") or add / subtract to it atomically; return the new value."""
         with self.lock:
-            if op == "AssignAdd":
-                value = _frozen(self.value + value, fresh=True)
-            elif op == "AssignSub":
-                value = _frozen(self.value - value, fresh=True)
-            else:
-                value = _frozen(value)
-            self._check(value, node)
-            self.value = value
-            return value
+            self.value = updated(self, value, op, node)
+            return self.value
 
     def _check(self, value, node):
         old = self.value
@@ -78,6 +71,19 @@ class VariableResource:
 
     def __repr__(self):
         return f"<VariableResource {self.name!r} {self.value.dtype}{list(self.value.shape)}>"
+
+
+def updated(resource, value, op, node=None):
+    """The value `op` (Assign / AssignAdd / AssignSub) of `value` would give VariableResource `resource`,
+    checked, not yet set (the caller holds its lock)."""
+    if op == "AssignAdd":
+        new = _frozen(resource.value + value, fresh=True)
+    elif op == "AssignSub":
+        new = _frozen(resource.value - value, fresh=True)
+    else:
+        new = _frozen(value)
+    resource._check(new, node)
+    return new
 
 
 def _frozen(value, fresh=False):

@@ -391,7 +391,7 @@ NOT_DIFFERENTIABLE = frozenset("""
     IsNan IsInf ArgSort
     Sign Floor Ceil Round FloorDiv StopGradient ZerosLike OnesLike OneHot All Any ArgMax ArgMin
     Const Placeholder Range RandomUniform RandomNormal Shape Size Rank LoopCond NoOp Print Assert
-    VarHandle Assign AssignAdd AssignSub StackV2 StackPush StackPop
+    VarHandle Assign AssignAdd AssignSub ApplyOnce StackV2 StackPush StackPop
     TensorArray TensorArraySize TensorArrayGrad Save Restore Send Recv
     Progress SummaryScalar SummaryHistogram Timestamp
     QueueHandle QueueEnqueue QueueEnqueueMany QueueDequeue QueueDequeueMany QueueSize QueueClose

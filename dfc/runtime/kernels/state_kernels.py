@@ -4,7 +4,7 @@ import time
 import numpy as np
 
 from dfc.errors import DfcAssertionError, DfcRuntimeError
-from dfc.runtime import checkpoints
+from dfc.runtime import checkpoints, containers
 from dfc.runtime.kernels.registry import host, kernel
 
 FLOW = np.float32(0.0)
@@ -29,6 +29,39 @@ def _read(node, xp):
 def _assign(node, xp):
     op = node.op
     return lambda ctx, a: (a[0].assign(xp.asarray(a[1]), op, node.name),)
+
+
+@kernel("ApplyOnce")
+def _apply_once(node, xp):
+    """All of one step's updates of the Variables on one device, or none: one kernel, so no abort of the
+    step (a dead worker) can fall between them (see ApplyOnce in dfc/ir/ops.py)."""
+    ops = node.attrs["ops"]
+    n = len(ops)
+
+    def f(ctx, a):
+        record, step, rest = a[0], int(host(a[1])), a[2:]
+        handles, values, snapshot = rest[:n], rest[n:2 * n], rest[2 * n:]
+        held = {id(r): r for r in [record, *handles, *snapshot]}
+        locks = [held[k].lock for k in sorted(held)]      # one global order: no deadlock between two of them
+        for lock in locks:
+            lock.acquire()
+        try:
+            applied = int(host(record.value)) <= step
+            if applied:
+                for h, v in zip(handles, values):
+                    if tuple(xp.shape(v)) != tuple(h.value.shape):
+                        raise DfcRuntimeError(f"cannot update variable {h.name!r} of shape {list(h.value.shape)} "
+                                              f"with a value of shape {list(xp.shape(v))}", node=node.name)
+                news = [containers.updated(h, xp.asarray(v), op, node.name) for h, v, op in zip(handles, values, ops)]
+                for h, v in zip(handles, news):        # every value checked before any is set
+                    h.value = v
+                record.value = containers.updated(record, xp.asarray(step + 1, record.value.dtype), "Assign",
+                                                  node.name)
+            return (np.bool_(applied),) + tuple(r.value for r in snapshot)
+        finally:
+            for lock in reversed(locks):
+                lock.release()
+    return f
 
 
 class Stack(list):

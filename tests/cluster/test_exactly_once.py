@@ -1,0 +1,198 @@
+"""DataParallel applies every worker step exactly once, whatever dies when: a worker killed after its update
+reached the ps is restarted and does not apply that step again; a killed ps comes back with Variables and
+applied-step records from one snapshot."""
+import os
+import random
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import dfc
+from tests.clustertools import cluster
+from tests.cluster.test_data_parallel import data, linear_dp
+
+pytestmark = pytest.mark.xdist_group("ray")
+SHARDS = [data(41, 64), data(42, 64)]
+
+
+def kill_when_applied(c, dp, worker, k, killed):
+    """Kill `worker` as soon as the ps has applied its k-th step (counted by its record on ps:0): the
+    worker's step call is then usually still waiting for its reply, the window that duplicated updates."""
+    record = dp.applied[(worker, "ps:0/cpu:0")]
+    start = int(record.numpy())
+    pid = c.pid(worker)
+
+    def watch():
+        deadline = time.time() + 60
+        while time.time() < deadline and int(record.numpy()) - start < k:
+            pass
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+def ensure_alive(c, worker):
+    try:
+        c.pid(worker)
+    except dfc.DfcError:
+        c.restart(worker)
+
+
+def test_the_ps_skips_a_step_id_it_applied_and_a_snapshot_is_one_state():
+    """ApplyOnce itself, in one process: a step id is applied once (all updates or none), a repeated id
+    changes nothing, a later id after a gap is applied (a restored ps lost steps), and a bad value applies
+    nothing (checked before any is set)."""
+    from dfc.compiler.tracing import current_builder
+    rec = dfc.Variable(np.int64(0), name="eo_rec")
+    w = dfc.Variable(np.zeros(2, np.float32), name="eo_w")
+    n = dfc.Variable(np.int64(0), name="eo_n")
+
+    def apply(sid, delta):
+        return current_builder().make("ApplyOnce", [rec.handle(), sid, w.handle(), n.handle(), delta,
+                                                    np.int64(1), w.handle(), rec.handle()],
+                                      {"ops": ["AssignSub", "AssignAdd"], "dtypes": ["float32", "int64"]})
+    g = dfc.trace(apply, dfc.TensorSpec([], "int64"), dfc.TensorSpec([None], "float32"))
+    from tests.conftest import run_all_modes
+    ok, snap_w, snap_rec = run_all_modes(g, np.int64(0), np.ones(2, np.float32))
+    assert ok and snap_rec == 1 and list(snap_w) == [-1, -1] and n.numpy() == 1
+    ok, snap_w, snap_rec = g(np.int64(0), np.ones(2, np.float32))           # the same step again
+    assert not ok and snap_rec == 1 and list(w.numpy()) == [-1, -1] and n.numpy() == 1
+    ok, _, snap_rec = g(np.int64(5), np.ones(2, np.float32))                # steps 1-4 lost: 5 applies
+    assert ok and snap_rec == 6 and list(w.numpy()) == [-2, -2] and n.numpy() == 2
+    with pytest.raises(dfc.DfcError, match="eo_w"):
+        g(np.int64(6), np.ones(3, np.float32))
+    assert rec.numpy() == 6 and n.numpy() == 2 and list(w.numpy()) == [-2, -2]
+
+
+@pytest.mark.parametrize("loop", ["python", "graph"])
+def test_a_worker_killed_right_after_its_update_reached_the_ps_does_not_apply_it_twice(loop):
+    c = cluster()
+    steps = 40
+    dp, w, b = linear_dp(c, lr=0.02, mode="async", loop=loop, name=f"eo_{loop}")
+    start = int(dp.global_step.numpy())
+    killed = []
+    watcher = kill_when_applied(c, dp, "worker:1", 7, killed)
+    out = dp.run(SHARDS, steps=steps, batch_size=16, restart_failed=True)
+    watcher.join()
+    ensure_alive(c, "worker:1")
+    assert killed and out["worker_steps"] == [steps, steps]
+    assert out["updates"] - start == 2 * steps                    # one update per step, none twice
+    assert {int(v.numpy()) for v in dp.applied.values()} == {steps}
+    np.testing.assert_allclose(w.numpy(), [1.0, -2.0, 0.5, 3.0], atol=0.3)
+
+
+def slow_marked_model(dp):
+    """linear_model on x[:, :4]; a batch whose column 4 is marked makes the worker spend seconds after its
+    gradients left (a loop of matmuls feeding only the loss it returns): a kill then lands for sure after
+    the step's update reached the ps and before the worker's reply."""
+    w = dp.variable(np.zeros(4, np.float32), name="w")
+    b = dp.variable(np.float32(0), name="b")
+
+    def loss(x, y):
+        mse = dfc.reduce_mean(dfc.square(dfc.reduce_sum(x[:, :4] * w.read_value(), axis=1) + b.read_value() - y))
+        n = dfc.cast(dfc.reduce_max(x[:, 4]) * 1000, "int64")
+        m0 = dfc.ones([200, 200], "float32") * 0.005
+        _, m = dfc.while_loop(lambda i, m: i < n, lambda i, m: (i + 1, dfc.tanh(dfc.matmul(m, m0))),
+                              (np.int64(0), m0))
+        return mse + 0.0 * dfc.reduce_sum(m)
+    return w, b, loss
+
+
+def marked_shard(mark_batch, rows=128, batch=16):
+    x, y = data(43, rows)
+    col = np.zeros((rows, 1), np.float32)
+    col[mark_batch * batch % rows] = 1.0
+    return np.concatenate([x, col], axis=1), y
+
+
+def test_a_worker_killed_between_its_update_and_its_reply_is_not_applied_twice():
+    """Deterministic: one worker; step 5's batch is marked slow; once its update is on the ps, kill it."""
+    c = cluster()
+    steps, marked = 12, 5
+    shard = marked_shard(marked)
+    finals = []
+    for kill in (False, True):
+        dp = dfc.train.DataParallel(c, dfc.train.SGD(0.05), mode="async", workers=["worker:1"],
+                                    name=f"eo_marked{int(kill)}")
+        w, b, loss = slow_marked_model(dp)
+        dp.compile(loss, [dfc.TensorSpec([None, 5], "float32"), dfc.TensorSpec([None], "float32")])
+        start, pid = int(dp.global_step.numpy()), c.pid("worker:1")
+        reached, killed = threading.Event(), []
+
+        def on_step(k, i, _loss):
+            if i == marked - 1:
+                reached.set()
+
+        def watch():
+            if reached.wait(60):
+                deadline = time.time() + 60
+                while int(dp.global_step.numpy()) - start <= marked and time.time() < deadline:
+                    time.sleep(0.005)
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        t = threading.Thread(target=watch, daemon=True)
+        if kill:
+            t.start()
+        out = dp.run([shard], steps=steps, batch_size=16, on_step=on_step, restart_failed=True)
+        if kill:
+            t.join()
+            ensure_alive(c, "worker:1")
+            assert killed and "worker:1" in out["failed"]
+        assert out["worker_steps"] == [steps], out
+        print(kill, out["updates"], out["losses"])
+        assert int(dp.global_step.numpy()) - start == steps         # before the fix: steps + 1
+        finals.append((w.numpy(), b.numpy()))
+    np.testing.assert_array_equal(finals[0][0], finals[1][0])      # the same updates in the same order
+    np.testing.assert_array_equal(finals[0][1], finals[1][1])
+
+
+def test_workers_killed_at_random_points_in_many_runs_apply_every_step_once():
+    """Three runs, each killing a random worker at a random update; two workers alternate as victims."""
+    c = cluster()
+    rng = random.Random(2024)
+    steps = 30
+    for run in range(3):
+        worker = f"worker:{run % 2}"
+        dp, w, b = linear_dp(c, lr=0.02, mode="async", name=f"eo_random{run}")
+        killed = []
+        watcher = kill_when_applied(c, dp, worker, rng.randrange(1, steps - 5), killed)
+        out = dp.run(SHARDS, steps=steps, batch_size=16, restart_failed=True)
+        watcher.join()
+        ensure_alive(c, worker)
+        assert killed, run
+        assert out["worker_steps"] == [steps, steps], run
+        assert int(dp.global_step.numpy()) == 2 * steps, (run, worker)
+        assert {int(v.numpy()) for v in dp.applied.values()} == {steps}, run
+
+
+def test_a_killed_ps_restores_its_variables_with_the_records_of_the_same_update():
+    c = cluster()
+    dp, w, b = linear_dp(c, mode="async", checkpoint_every=4, name="eo_ps")
+    dp.run(SHARDS, steps=10, batch_size=16)
+    c.restart("ps:0")
+    step = dp.restore()
+    records = [int(v.numpy()) for v in dp.applied.values()]
+    assert step % 4 == 0 and 0 < step <= 20
+    assert sum(records) == step            # each saved update is counted in exactly one worker's record
+    out = dp.run(SHARDS, steps=5, batch_size=16)       # ids go on from the restored records
+    assert out["worker_steps"] == [5, 5] and out["updates"] == step + 10
+
+
+def test_sync_mode_with_a_killed_worker_makes_exactly_the_asked_updates():
+    c = cluster()
+    dp, w, b = linear_dp(c, mode="sync", replicas_to_aggregate=1, name="eo_sync")
+    start = int(dp.global_step.numpy())
+    pid, killed = c.pid("worker:1"), []
+
+    def on_step(k, i, _loss):
+        if k == 1 and i == 4 and not killed:
+            killed.append(pid)
+            os.kill(pid, signal.SIGKILL)
+    out = dp.run(SHARDS, steps=20, batch_size=16, on_step=on_step, restart_failed=True)
+    ensure_alive(c, "worker:1")
+    assert killed and out["updates"] - start == 20
