@@ -158,6 +158,25 @@ def test_nothing_planted_in_a_refused_directory_runs(monkeypatch, tmp_path, plan
     assert sorted(os.listdir(base / "numba")) == before     # and nothing written there
 
 
+def test_without_a_disk_cache_auto_starts_no_child_and_stays_fused(monkeypatch, tmp_path):
+    from dfc.runtime import compiled
+    _made(tmp_path / "c", 0o777)
+    monkeypatch.setenv("DFC_CACHE_DIR", str(tmp_path / "c"))
+    g = _graph(0.625)
+    x, n = np.array([1.0, 2.0, 3.0]), np.int64(6)
+    want = dfc.Session(g, mode="reference").call(x, n)[1]
+    s = dfc.Session(g, compile_loops="auto", num_threads=0)
+    with pytest.warns(UserWarning, match="disk cache of compiled loops"):
+        np.testing.assert_array_equal(s.call(x, n)[1], want)
+        f = _frame(s, g)
+        f.fused_seconds = compiled.AUTO_SECONDS          # as if its fused runs had taken that long
+        np.testing.assert_array_equal(s.call(x, n)[1], want)
+    assert f._job is not None and f._job.poll() is False and f._job._proc is None
+    assert "private disk cache" in f._job.error
+    np.testing.assert_array_equal(s.call(x, n)[1], want)
+    assert f.runs == {"compiled": 0, "fused": 3}
+
+
 def test_a_planted_module_in_the_private_cache_is_replaced_not_run(monkeypatch, tmp_path):
     from dfc.runtime.compiled import cache
     monkeypatch.setenv("DFC_CACHE_DIR", str(tmp_path / "c"))

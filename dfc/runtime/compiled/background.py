@@ -8,11 +8,11 @@ long enough on the fused path gets a child Python process instead:
 
 which runs the frame's generated module (cache.py wrote it; the child runs it only if it lies in the
 private cache dir and its content gives the key in its name) and compiles its `run` for those types with
-cache=True, so the machine code lands in the disk cache. Without a disk cache (cache.py refused the
-directory) no child starts and the frame stays fused. Meanwhile the parent
-runs the frame fused; on a call after the child has exited successfully it loads the machine code from the
-cache (well under a second) and runs compiled from then on. A child that fails leaves the frame fused for
-the rest of the process (`Job.error` keeps the end of its stderr; `stats()` in __init__.py reports it).
+cache=True, so the machine code lands in the disk cache. Meanwhile the parent runs the frame fused; on a
+call after the child has exited successfully it loads the machine code from the cache (well under a
+second) and runs compiled from then on. A child that fails leaves the frame fused for the rest of the
+process (`Job.error` keeps the end of its stderr; `stats()` in __init__.py reports it). Without a disk
+cache (cache.py refused the directory) no child starts: the Job fails at once and the frame stays fused.
 
 Children run at lower priority (nice 10) and are terminated when the parent exits, so a short program does
 not leave compilers behind; a frame whose child finished is in the disk cache for every later process.

@@ -62,7 +62,8 @@ def _checked_dirs():
             except Refused as e:
                 _dirs[where] = None
                 warnings.warn(f"dfc does not use its disk cache of compiled loops: {e}. Loops compile in "
-                              "memory, in each process anew; set DFC_CACHE_DIR to a directory of yours that "
+                              "memory, in each process anew (compile_loops='auto' leaves them fused); make "
+                              "the directory yours and private (chmod 700) or set DFC_CACHE_DIR to one that "
                               "only you can write", stacklevel=4)
         return _dirs[where]
 
