@@ -4,7 +4,10 @@ recovery from dead tasks.
 Failures (course note, "checkpoints and recovery"):
 - a dead worker does not stop training: the others go on (sync mode while at least m workers are left),
   the result reports it, and with restart_failed=True its task is restarted and it rejoins where it was
-  (workers hold no state: the parameters live on the ps tasks);
+  (workers hold no state: the parameters live on the ps tasks). In async mode every worker step has an
+  id and each ps device applies a step id at most once (ApplyOnce, all of the step's updates there or
+  none), so a worker killed after its update reached the ps does not apply that step again: its loss is
+  NaN in the result and it goes on with its next step;
 - a dead ps task stops every step that touches it with a DfcError naming it. Without restart_failed
   that error ends the run. With restart_failed=True the chief pauses new steps, restarts the task,
   restores its newest shard (losing the updates made since; a task with no shard yet starts from the
