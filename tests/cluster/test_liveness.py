@@ -61,3 +61,58 @@ def test_a_value_still_being_handed_over_is_not_a_deadlock(c):
             assert s.call(np.float32(k)) == 2.0 * (k + 1)
     finally:
         slow.shutdown()
+
+
+def spin(n):
+    """A long loop: its predicate on worker:0, its body on worker:1 (both tasks busy all along)."""
+    def body(i, a):
+        with dfc.device("worker:1/cpu:0"):
+            a = a + 1.0
+        return i + 1, a
+    with dfc.device("worker:0/cpu:0"):
+        return dfc.while_loop(lambda i, a: i < n, body, (0, 0.0))[1]
+
+
+def step_in_thread(fn):
+    """Run fn() on a thread: (the thread, its outcome {"value"|"error": ...})."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:   # noqa: BLE001 — checked by the test
+            out["error"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_a_stopped_task_fails_the_step_naming_it_and_restart_brings_it_back(c, monkeypatch):
+    monkeypatch.setattr(c, "liveness_timeout", 2.0)
+    s = dfc.Session(dfc.trace(spin, I32), cluster=c)
+    assert s.call(np.int32(3)) == 3.0
+    pid = c.pid("worker:1")
+    started = threading.Event()
+    # stopped only after both tasks have been busy longer than the timeout: busy is not silent
+    timer = threading.Timer(3.0, lambda: (os.kill(pid, signal.SIGSTOP), started.set()))
+    timer.start()
+    try:
+        t, out = step_in_thread(lambda: s.call(np.int32(10 ** 9)))
+        t.join(120)
+        assert not t.is_alive(), "the step hung on a stopped task"
+        assert started.is_set() and "error" in out, out
+        e = out["error"]
+        assert isinstance(e, dfc.DfcRuntimeError)
+        assert "task worker:1 died or hangs: no reply for" in str(e) and "restart" in str(e)
+        assert "worker:0" not in str(e).split(";")[0]
+        assert e.node is not None
+        c.restart("worker:1")           # the old process is still stopped: restart does not wait on it
+        assert c.pid("worker:1") != pid
+        assert s.call(np.int32(20)) == 20.0
+    finally:
+        timer.cancel()
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass

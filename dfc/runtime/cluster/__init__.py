@@ -10,8 +10,21 @@ placed by Ray on any node of the Ray cluster (asking Ray for GPUs when
 `gpus={"worker": 1}`). The process running the Session is the chief: devices
 without a task prefix are its own. Ray is imported only here, so a
 one-process dfc never needs it.
+
+Without an address, `connect` starts a private Ray for this process (never
+joining a cluster found through RAY_ADDRESS or a `ray start` on the machine),
+and that Ray is torn down when this process ends, even when it is killed.
+
+Liveness: a task that gives the chief no reply for `liveness_timeout` seconds
+(default 30, or $DFC_CLUSTER_LIVENESS_TIMEOUT) while a step or a call needs it
+— its process stopped, hung, swapped out or cut off — fails the step with a
+DfcRuntimeError naming it, as a dead task does; `restart` replaces it. A task
+answers the chief on threads of its own that kernels do not block, so a long
+kernel is not a silent task.
 """
 import contextvars
+import math
+import os
 import threading
 
 from dfc.errors import DfcError, DfcRuntimeError
@@ -19,6 +32,34 @@ from dfc.errors import DfcError, DfcRuntimeError
 _current = contextvars.ContextVar("dfc_cluster", default=None)
 _connected = []         # clusters connected in this process and not shut down, oldest first
 _DEFAULT_THREADS = 2
+LIVENESS_ENV = "DFC_CLUSTER_LIVENESS_TIMEOUT"
+DEFAULT_LIVENESS_TIMEOUT = 30.0
+START_TIMEOUT = 120.0   # how long a task's actor may take to start (Ray may have to start a process for it)
+_DIED = ("ActorDiedError", "ActorUnavailableError", "RayActorError")
+
+
+def parse_liveness_timeout(value=None):
+    """Seconds a task may go without answering the chief before it counts as dead: `value`, else
+    $DFC_CLUSTER_LIVENESS_TIMEOUT, else 30 (a positive number of seconds)."""
+    where = "liveness_timeout"
+    if value is None:
+        value = os.environ.get(LIVENESS_ENV, "").strip() or DEFAULT_LIVENESS_TIMEOUT
+        where = LIVENESS_ENV
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise DfcError(f"{where}={value!r}: use a positive number of seconds (default "
+                       f"{DEFAULT_LIVENESS_TIMEOUT:g})")
+    return seconds
+
+
+def no_answer(task, seconds):
+    """Why a task that gave no reply for `seconds` counts as dead (the words "task T died" are what callers
+    such as DataParallel's recovery look for)."""
+    return (f"task {task} died or hangs: no reply for {seconds:g} s (its process stopped, hung, swapped out or "
+            f"cut off; the limit is connect(liveness_timeout=...) or ${LIVENESS_ENV})")
 
 
 def _ray():
@@ -57,22 +98,29 @@ class Cluster:
     """A set of tasks (Ray actors). Use `connect`; `with cluster:` makes dfc.function calls run on it."""
 
     def __init__(self, tasks, address=None, num_threads=_DEFAULT_THREADS, gpus=None, checkpoint_dir=None,
-                 ray_init=None):
+                 ray_init=None, liveness_timeout=None):
         ray = _ray()
         self.address = address
+        self.liveness_timeout = parse_liveness_timeout(liveness_timeout)
         self._started_ray = False
+        self._reaper = None
         if not ray.is_initialized():
             kw = dict(ray_init or {})
-            if address is None:
+            local = address in (None, "local")
+            if local:
                 kw.setdefault("include_dashboard", False)
                 kw.setdefault("num_cpus", max(4, len(tasks)))
             try:
-                ray.init(address=address, **kw)
+                # "local": Ray's own default (None) would join RAY_ADDRESS or a `ray start` cluster
+                ray.init(address="local" if local else address, **kw)
             except Exception as e:   # noqa: BLE001 — Ray's own start-up / connection errors
-                where = "start a local Ray" if address is None else f"join the Ray cluster at {address!r}"
+                where = "start a local Ray" if local else f"join the Ray cluster at {address!r}"
                 raise DfcError(f"could not {where}: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
                                ) from None
             self._started_ray = True
+            if local:
+                from dfc.runtime.cluster import reaper
+                self._reaper = reaper.watch()
         self.task_names = list(tasks)
         self.gpus = dict(gpus or {})
         self.num_threads, self.checkpoint_dir = num_threads, checkpoint_dir
@@ -82,6 +130,7 @@ class Cluster:
         self.generation = {}        # task -> how many times it was (re)started
         self._tokens = []
         self._outboxes = {}         # task -> Outbox of the chief's Sends to it (shared by every Session)
+        self._stale = set()         # tasks that may not have the newest peer handles (no reply to connect)
         for t in self.task_names:
             self._start(t)
         self._connect_all()
@@ -98,21 +147,37 @@ class Cluster:
         if self.gpus.get(job):
             opts["num_gpus"] = self.gpus[job]
         opts.pop("name")
-        h = self._actor_class().options(**opts).remote(name, self.num_threads, self.checkpoint_dir)
-        ray.get(h.ping.remote())
+        h = self._actor_class().options(**opts).remote(name, self.num_threads, self.checkpoint_dir,
+                                                      self.liveness_timeout)
+        wait = max(START_TIMEOUT, self.liveness_timeout)
+        try:
+            ray.get(h.ping.remote(), timeout=wait)
+        except Exception as e:   # noqa: BLE001 — Ray's timeout and actor errors
+            try:
+                ray.kill(h)
+            except Exception:   # noqa: BLE001 — it never started
+                pass
+            why = f"it did not start within {wait:g} s (does the Ray cluster have room for it?)" \
+                if isinstance(e, ray.exceptions.GetTimeoutError) else _why(e)
+            raise DfcRuntimeError(f"task {name} could not be started: {why}") from None
         self.handles[name] = h
+        self._stale.discard(name)
         self.loaded[name] = set()
         self.generation[name] = self.generation.get(name, 0) + 1
 
     def _connect_all(self):
         """Tell every task the others' handles (again after a restart). A task that is dead itself is
-        left out: its own restart connects it."""
-        refs = {task: h.connect.remote(self.handles) for task, h in self.handles.items()}
-        for task, ref in refs.items():
+        left out: its own restart connects it. One that does not answer within the liveness timeout is
+        told again before its next step (ensure_graphs)."""
+        ray = _ray()
+        refs = {h.connect.remote(self.handles): task for task, h in self.handles.items()}
+        done, late = ray.wait(list(refs), num_returns=len(refs), timeout=self.liveness_timeout)
+        self._stale.update(refs[r] for r in late)
+        for ref in done:
             try:
-                _ray().get(ref)
+                ray.get(ref, timeout=self.liveness_timeout)
             except Exception as e:   # noqa: BLE001 — Ray's actor errors
-                if type(e).__name__ not in ("ActorDiedError", "ActorUnavailableError", "RayActorError"):
+                if type(e).__name__ not in _DIED:
                     raise
 
     @property
@@ -126,17 +191,20 @@ class Cluster:
         return h
 
     def ask(self, task, method, *args):
-        """ray.get of the actor method `method` of `task`; a dead task is a DfcRuntimeError naming it."""
+        """ray.get of the actor method `method` of `task`; a dead task, or one that gives no reply within
+        the liveness timeout, is a DfcRuntimeError naming it."""
+        ray = _ray()
         h = self.handle(task)
         try:
-            return _ray().get(getattr(h, method).remote(*args))
+            return ray.get(getattr(h, method).remote(*args), timeout=self.liveness_timeout)
         except DfcError:
             raise
         except Exception as e:   # noqa: BLE001 — Ray's actor errors
-            if type(e).__name__ in ("ActorDiedError", "ActorUnavailableError", "RayActorError"):
-                text = str(e).strip().splitlines()
-                raise DfcRuntimeError(f"task {task} died ({type(e).__name__}: "
-                                      f"{text[0] if text else 'actor died'}); restart it with "
+            if isinstance(e, ray.exceptions.GetTimeoutError):
+                raise DfcRuntimeError(f"{no_answer(task, self.liveness_timeout)}; restart it with "
+                                      f"cluster.restart({task!r})") from None
+            if type(e).__name__ in _DIED:
+                raise DfcRuntimeError(f"task {task} died ({_why(e)}); restart it with "
                                       f"cluster.restart({task!r})") from None
             raise
 
@@ -169,7 +237,11 @@ class Cluster:
             return self._outboxes
 
     def ensure_graphs(self, task, graphs):
-        """Send the partition graphs (hash -> JSON text) a task does not hold yet."""
+        """Before a step on `task`: send it the partition graphs (hash -> JSON text) it does not hold yet,
+        and the peer handles if it missed the newest ones."""
+        if task in self._stale:
+            self.ask(task, "connect", self.handles)
+            self._stale.discard(task)
         have = self.loaded[task]
         missing = [(h, text) for h, text in graphs if h not in have]
         if missing:
@@ -200,6 +272,9 @@ class Cluster:
             _connected.remove(self)
         if self._started_ray:
             ray.shutdown()
+        if self._reaper is not None:
+            self._reaper.release()
+            self._reaper = None
 
     def __enter__(self):
         self._tokens.append(_current.set(self))
@@ -213,11 +288,26 @@ class Cluster:
         return f"<dfc.Cluster tasks={self.task_names}>"
 
 
-def connect(address=None, tasks=None, num_threads=_DEFAULT_THREADS, gpus=None, checkpoint_dir=None, **ray_init):
-    """Start (address=None: a local Ray on this machine) or join ("auto", "ray://host:10001") a Ray
-    cluster and start one actor per task. tasks: {"worker": 2, "ps": 1} (or "worker=2,ps=1") makes
-    worker:0, worker:1 and ps:0; gpus: {"worker": 1} asks Ray for a GPU per worker task."""
-    return Cluster(parse_tasks(tasks or {"worker": 1}), address, num_threads, gpus, checkpoint_dir, ray_init)
+def connect(address=None, tasks=None, num_threads=_DEFAULT_THREADS, gpus=None, checkpoint_dir=None,
+            liveness_timeout=None, **ray_init):
+    """Start a private Ray on this machine (address=None or "local") or join a running Ray cluster
+    ("auto", "host:6379", "ray://host:10001"), and start one actor per task.
+
+    tasks: {"worker": 2, "ps": 1} (or "worker=2,ps=1") makes worker:0, worker:1 and ps:0; gpus:
+    {"worker": 1} asks Ray for a GPU per worker task. Without an address dfc never joins an existing
+    cluster (not even one named by RAY_ADDRESS), and the Ray it starts ends with this process, however
+    the process ends. liveness_timeout: seconds a task may give the chief no reply while a step or a call
+    needs it before the step fails naming it (default 30, or $DFC_CLUSTER_LIVENESS_TIMEOUT); raise it for
+    a task that is expected to be slow to answer (a machine swapping heavily, a slow network). If this
+    process already called ray.init, dfc uses that Ray as it is."""
+    return Cluster(parse_tasks(tasks or {"worker": 1}), address, num_threads, gpus, checkpoint_dir, ray_init,
+                   liveness_timeout)
+
+
+def _why(e):
+    """One line on a Ray error."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else 'actor died'}"[:300]
 
 
 def current():

@@ -13,17 +13,22 @@ talk to each other directly. The chief also
   sent has been received and no count has moved, nothing can ever happen —
   a DfcDeadlockError naming what each task waits for (not a timeout guess);
 - turns a task's kernel error or death into a DfcError naming the task and
-  node, and aborts the step everywhere, leaving the other tasks usable.
+  node, and aborts the step everywhere, leaving the other tasks usable. A task
+  that gives no reply to its poller for the cluster's liveness timeout counts
+  as dead: every wait of the chief on a task is bounded, so no step hangs on
+  a process that stopped answering.
 """
 import hashlib
 import itertools
 import os
 import threading
+import time
 
 from dfc import errors as dfc_errors
 from dfc.errors import DfcDeadlockError, DfcError, DfcRuntimeError
 from dfc.ir.graph import parse_input
 from dfc.ir.serialize import to_json
+from dfc.runtime.cluster import no_answer
 from dfc.runtime.cluster.wire import Counters, Outbox, StepRendezvous, task_of
 from dfc.runtime.executor import PartitionedRun, Plan, Run, Transport
 from dfc.runtime.partition import route
@@ -69,7 +74,10 @@ class ClusterStep:
         self.counters = Counters()
         self.status = {}            # task -> (poll count, status)
         self.polls_lock = threading.Lock()
-        self.dead = {}              # task -> why
+        self.dead = {}              # task -> what happened to it ("died ...", or no reply in time)
+        self.failed = None          # an error the pollers met (a message that could not be received)
+        self.liveness = self.cluster.liveness_timeout
+        self.replied = {}           # task -> time.monotonic() of its latest poll reply
         self.over = threading.Event()
         self.cancelled = None       # the reason, once Session.cancel asked this step to stop
 
@@ -80,15 +88,19 @@ class ClusterStep:
         for task, texts in p.texts.items():
             c.ensure_graphs(task, texts)
         opts = dict(p.opts, compression=self.s.wire_compression, store_bytes=self.s.object_store_bytes,
-                    trace=self.s.trace is not None)
+                    trace=self.s.trace is not None, liveness=self.liveness)
         outboxes = c.chief_outboxes()
-        self.rv = StepRendezvous(self.step, None, outboxes, self.counters, opts["compression"], opts["store_bytes"])
+        self.rv = StepRendezvous(self.step, None, outboxes, self.counters, opts["compression"], opts["store_bytes"],
+                                 fetch_timeout=self.liveness)
         self.coord = Coordinator(list(p.local), distributed=True) if p.local else None
-        refs = {}
+        refs, handles = {}, {}
         for task, items in p.remote.items():
             feeds = {n: self.feeds[n] for it in items for n in it[3]}
-            refs[c.handle(task).run_step.remote(self.step, items, feeds, p.frame_ids, opts)] = task
-        pollers = [threading.Thread(target=self._poll, args=(t,), daemon=True, name=f"dfc-poll-{t}")
+            handles[task] = c.handle(task)
+            refs[handles[task].run_step.remote(self.step, items, feeds, p.frame_ids, opts)] = task
+        now = time.monotonic()
+        self.replied = {t: now for t in p.remote}
+        pollers = [threading.Thread(target=self._poll, args=(t, handles[t]), daemon=True, name=f"dfc-poll-{t}")
                    for t in p.remote]
         for t in pollers:
             t.start()
@@ -140,18 +152,28 @@ class ClusterStep:
         except BaseException as e:   # noqa: BLE001 — raised by the chief's main thread
             out["error"] = e
 
-    def _poll(self, task):
+    def _poll(self, task, h):
+        """Move the task's messages to the chief's Recvs and keep its latest status; a task that gives no
+        reply within the liveness timeout is taken for dead (the step fails naming it)."""
         import ray
-        h = self.cluster.handles.get(task)
         n = 0
         while not self.over.is_set():
             try:
-                msgs, status = ray.get(h.poll.remote(self.step, POLL_SECONDS))
-            except Exception as e:   # noqa: BLE001 — the task's process is gone
-                self.dead.setdefault(task, _death(e))
+                msgs, status = ray.get(h.poll.remote(self.step, POLL_SECONDS), timeout=self.liveness)
+            except Exception as e:   # noqa: BLE001 — no reply in time, or the task's process is gone
+                if isinstance(e, ray.exceptions.GetTimeoutError):
+                    self.dead.setdefault(task, no_answer(task, self.liveness))
+                else:
+                    self.dead.setdefault(task, f"task {task} died during the step ({_death(e)})")
                 return
-            for key, value in msgs:
-                self.rv.arrive(key, value)
+            self.replied[task] = time.monotonic()
+            try:
+                for key, value in msgs:
+                    self.rv.arrive(key, value)
+            except Exception as e:   # noqa: BLE001 — a value that cannot be received: the step cannot finish
+                self.failed = self.failed or DfcRuntimeError(f"a value task {task} sent to the chief could not be "
+                                                             f"received: {e}")
+                return
             n += 1
             with self.polls_lock:
                 self.status[task] = (n, status)
@@ -171,20 +193,23 @@ class ClusterStep:
             for ref in ready:
                 task = pending.pop(ref)
                 try:
-                    kind, value = ray.get(ref)
+                    kind, value = ray.get(ref, timeout=self.liveness)
                 except Exception as e:   # noqa: BLE001 — the actor died during the step
-                    return self._fail(DfcRuntimeError(f"task {task} died during the step ({_death(e)}); "
-                                                      f"{self._waiting_on(task)}", node=self._node_on(task)))
+                    return self._fail(self._lost(task, f"task {task} died during the step ({_death(e)})"))
                 if kind == "ok":
                     results[task] = value
                 elif kind == "error":
                     return self._fail(_rebuild(task, value))
+                elif self.cancelled is None and not self.dead:   # aborted, though the chief did not abort it
+                    return self._fail(DfcRuntimeError(f"task {task} ended its part of the step early ({value})",
+                                                      node=self._node_on(task)))
             if local_thread is not None and not local_thread.is_alive() and "error" in local_result:
                 return self._fail(local_result.pop("error"))
-            for task, why in list(self.dead.items()):
-                if task in pending.values():
-                    return self._fail(DfcRuntimeError(f"task {task} died during the step ({why}); "
-                                                      f"{self._waiting_on(task)}", node=self._node_on(task)))
+            if self.failed is not None:
+                return self._fail(self.failed)
+            silent = self._silent()
+            if silent is not None:      # a dead task may have held messages the step needs: it cannot finish
+                return self._fail(self._lost(silent, self.dead[silent]))
             if self.cancelled is not None:
                 return self._fail(DfcRuntimeError(f"the step was cancelled: {self.cancelled}"))
             last, stuck = self._quiescent(last, pending, local_thread)
@@ -193,6 +218,19 @@ class ClusterStep:
         if local_thread is not None and "aborted" in local_result:
             return DfcRuntimeError(f"the step was aborted ({local_result['aborted']})")
         return None
+
+    def _silent(self):
+        """A task of the step that died or gave no reply within the liveness timeout (also when its poller
+        is held up somewhere other than the reply it waits for), or None."""
+        now = time.monotonic()
+        for task, last in list(self.replied.items()):
+            if task not in self.dead and now - last > 2 * self.liveness + 1:
+                self.dead.setdefault(task, no_answer(task, round(now - last, 1)))
+        return next(iter(self.dead), None)
+
+    def _lost(self, task, why):
+        return DfcRuntimeError(f"{why}; restart it with cluster.restart({task!r}); {self._waiting_on(task)}",
+                               node=self._node_on(task))
 
     # ------------------------------------------------------------------ quiescence
     def _quiescent(self, last, pending, local_thread):

@@ -32,12 +32,13 @@ def _actor_id(handle):
 
 
 class _Step:
-    __slots__ = ("rv", "coord", "runs", "counters", "started", "done", "aborted")
+    __slots__ = ("rv", "coord", "runs", "counters", "started", "done", "aborted", "error")
 
     def __init__(self, rv, counters):
         self.rv, self.counters = rv, counters
         self.coord, self.runs, self.started, self.done = None, {}, time.monotonic(), False
         self.aborted = None     # the reason, when an abort came before the step's runs were made
+        self.error = None       # error_info of a message this task could not receive (the step fails)
 
 
 def error_info(e):
@@ -50,8 +51,9 @@ def error_info(e):
 class Task:
     """The body of a cluster task's actor (wrapped with ray.remote by dfc.runtime.cluster)."""
 
-    def __init__(self, name, num_threads=None, checkpoint_dir=None):
+    def __init__(self, name, num_threads=None, checkpoint_dir=None, liveness=None):
         self.name = name
+        self.liveness = liveness    # the cluster's liveness timeout (each step's opts say it again)
         self.devices = DeviceSet()
         self.graphs, self.plans = {}, {}
         self.steps, self.finished = {}, collections.OrderedDict()
@@ -105,16 +107,29 @@ class Task:
             if st is None:
                 counters = Counters()
                 rv = StepRendezvous(step, self.name, self.outboxes, counters, opts.get("compression"),
-                                    opts.get("store_bytes"), self.chief_box)
+                                    opts.get("store_bytes"), self.chief_box, opts.get("liveness", self.liveness))
                 st = self.steps[step] = _Step(rv, counters)
+            elif "liveness" in opts:        # made by a message that came before run_step
+                st.rv.compression, st.rv.store_bytes = opts.get("compression"), opts.get("store_bytes")
+                st.rv.fetch_timeout = opts["liveness"]
             return st
 
     def deliver(self, batch):
-        """Values other tasks (or the chief) sent to this task's Recvs: [(step, key, value)]."""
+        """Values other tasks (or the chief) sent to this task's Recvs: [(step, key, value)]. One that
+        cannot be received fails its step: left uncounted, it would keep the step from ever looking
+        quiescent, and its Recv would wait forever."""
         for step, key, value in batch:
             st = self._state(step, {})
-            if st is not None:
+            if st is None:
+                continue
+            try:
                 st.rv.arrive(key, value)
+            except BaseException as e:   # noqa: BLE001 — reported to the chief by run_step
+                with self.lock:
+                    st.error = st.error or error_info(e)
+                    st.aborted, coord = st.aborted or "error", st.coord
+                if coord is not None:
+                    coord.abort("error")
         return True
 
     def _plan(self, ghash, fetches, feeds, targets, frame_ids, opts):
@@ -169,7 +184,7 @@ class Task:
                 out["trace"] = {"events": trace.events(), "wall0": trace.wall0}
             return ("ok", out)
         except Aborted as e:
-            return ("aborted", str(e))
+            return ("error", st.error) if st.error is not None else ("aborted", str(e))
         except BaseException as e:   # noqa: BLE001 — reported to the chief, which raises it there
             return ("error", error_info(e))
         finally:
