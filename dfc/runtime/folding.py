@@ -10,7 +10,11 @@ of its former inputs, so it lives in the same frame and is dead where they are.
 Not folded: stateful ops (random draws, resources, prints), the five primitives and other executor ops,
 ops with several outputs, fed and fetched nodes (a fetch gets a fresh array, not the shared constant), a
 value of more than MAX_ELEMENTS elements (it would be held for the session's life), and anything whose
-kernel fails (that error belongs to the run, which reports it with the node's name).
+kernel fails (that error belongs to the run, which reports it with the node's name). An op whose output can
+outgrow its inputs (Fill, Pad, Range, OneHot, Einsum, ...) is not even run when it would allocate more than
+MAX_BYTES (limits.request_bytes, before allocating): folding never builds a large value only to drop it, so a
+graph of constants is checked by the run, under the session's memory limit, before anything is allocated.
+With a memory limit, the kernels folding runs are checked against it too, and the values kept are counted.
 
 Sessions fold the graph of a single-device fused run (the default); the unfused paths and the reference
 interpreter run the graph as written, so the test matrix compares the two. $DFC_FOLD_CONSTANTS=0 turns it
@@ -24,13 +28,16 @@ from dfc.ir import ops as opreg
 from dfc.ir.graph import Graph, Node, parse_input
 
 MAX_ELEMENTS = 1 << 16
+MAX_BYTES = MAX_ELEMENTS * 16      # what folding may allocate for one node (a kept value, with temporaries)
 ENABLED = os.environ.get("DFC_FOLD_CONSTANTS", "1") not in ("0", "false", "no", "off")
 
 
-def fold(graph, keep=()):
+def fold(graph, keep=(), memory_limit=None):
     """(graph with its constant subexpressions folded, number of nodes folded); graph itself when none is.
-    keep: names of nodes that must stay as they are (feeds, fetches, targets)."""
+    keep: names of nodes that must stay as they are (feeds, fetches, targets); memory_limit: the session's
+    dfc.runtime.limits.MemoryLimit (or None), which the folding kernels are checked against."""
     from dfc.runtime.kernels import kernel_for
+    from dfc.runtime.limits import request_bytes
     keep = set(keep)
     values, folded = {}, {}
     for n in graph.topo_order():
@@ -49,8 +56,11 @@ def fold(graph, keep=()):
         try:
             if opdef.num_outputs(n.attrs, len(data)) != 1:
                 continue
+            inputs = [values[src] for src, _, _ in srcs]
+            if request_bytes(n, inputs) > MAX_BYTES:
+                continue
             with np.errstate(all="ignore"):
-                out = kernel_for(n, np)(None, [values[src] for src, _, _ in srcs])
+                out = kernel_for(n, np, memory_limit)(None, inputs)
         except Exception:   # noqa: BLE001 — the run raises it, naming the node
             continue
         v = out[0] if isinstance(out, (tuple, list)) and len(out) == 1 else None

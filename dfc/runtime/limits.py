@@ -7,8 +7,9 @@ that on cpu devices would cost a reference count per edge and turn loop fusion
 off. The limit is enforced more cheaply, by wrapping kernels when a limit is
 set (no cost otherwise):
 
-- before a kernel allocates an array whose size comes from input *values*
-  (Fill, Range, OneHot, random, BroadcastTo, a broadcasting binary op, ...),
+- before a kernel allocates an array that can outgrow its inputs (its size comes
+  from input values or from how shapes combine: Fill, Range, OneHot, random,
+  BroadcastTo, Pad, Einsum, MatMul, index arrays, a broadcasting binary op, ...),
   the size it will allocate is checked against the bytes still free;
 - every array a kernel returns of at least TRACK_BYTES is counted until it is
   garbage collected (a weakref finalizer), so values held anywhere (loop
@@ -213,6 +214,46 @@ def _gather(node, a):
     return _size(a[1]) * (p.nbytes // max(p.shape[axis], 1))
 
 
+def _pad(node, a):
+    p, shape = node.attrs["paddings"], _shape(a[0])
+    if len(p) != 2 * len(shape):
+        return 0      # the kernel reports it
+    return math.prod(n + p[2 * i] + p[2 * i + 1] for i, n in enumerate(shape)) * _isz(a[0])
+
+
+def _einsum(node, a):
+    shape = opreg.einsum_shape(node.attrs["equation"], [_shape(x) for x in a])
+    return math.prod(shape) * np.result_type(*[getattr(x, "dtype", np.asarray(x).dtype) for x in a]).itemsize
+
+
+def _take_along_axis(node, a):
+    shape = opreg.take_along_axis_shape(_shape(a[0]), _shape(a[1]), node.attrs["axis"])
+    return math.prod(shape) * _isz(a[0])
+
+
+def _solve(node, a):
+    x, y = _shape(a[0]), _shape(a[1])
+    batch = np.broadcast_shapes(x[:-2], y[:-2])
+    return math.prod(batch) * (math.prod(x[-2:]) + math.prod(y[-2:])) * _isz(a[1])    # a's copy, the result
+
+
+def _getitem(node, a):
+    """An upper bound of what x[index] allocates: nothing for basic indexing (a view); with index arrays,
+    their broadcast size (a boolean mask: its size) times the largest dimensions of x they and the ints
+    leave (a slice keeps at most its dimension)."""
+    spec, dyn, shape = node.attrs["spec"], a[1:], _shape(a[0])
+    index = [dyn[item[1]] for item in spec if item[0] == "tensor"]
+    if not any(_shape(x) for x in index):
+        return 0
+    is_mask = [getattr(x, "dtype", None) == np.bool_ for x in index]
+    taken = sum(item[0] == "int" for item in spec) + sum(
+        len(_shape(x)) if mask else 1 for x, mask in zip(index, is_mask) if _shape(x) or not mask)
+    ints = [_shape(x) for x, mask in zip(index, is_mask) if not mask]
+    fancy = math.prod(np.broadcast_shapes(*ints)) if ints else 1
+    masks = math.prod(_size(x) for x, mask in zip(index, is_mask) if mask)
+    return fancy * masks * math.prod(sorted(shape)[taken:]) * _isz(a[0])
+
+
 _REQUESTS = {
     "Fill": lambda node, a: _prod(a[0]) * _isz(a[1]),
     "Range": lambda node, a: opreg.range_length(*[host(x).reshape(())[()] for x in a]) * _isz(a[0]),
@@ -227,6 +268,12 @@ _REQUESTS = {
     "Concat": lambda node, a: sum(getattr(x, "nbytes", 8) for x in a),
     "Stack": lambda node, a: sum(getattr(x, "nbytes", 8) for x in a),
     "MatMul": _matmul,
+    "Pad": _pad,
+    "Einsum": _einsum,
+    "TakeAlongAxis": _take_along_axis,
+    "TakeAlongAxisGrad": lambda node, a: _prod(a[1]) * _isz(a[0]),
+    "MatrixSolve": _solve,
+    "GetItem": _getitem,
     "Gather": _gather,
     "TensorArray": lambda node, a: int(a[0]) * 8,
     "TensorArrayWrite": lambda node, a: max(0, int(a[1]) - len(a[0].items)) * 8,
@@ -238,6 +285,18 @@ for _name, _op in opreg.REGISTRY.items():
 _ENTRIES = {"StackPush": 1, "TensorArrayWrite": 2}
 
 
+def request_bytes(node, a):
+    """The bytes the kernel of `node` will allocate on inputs `a` beyond what they hold already (an upper bound
+    for the ops whose output can outgrow their inputs; 0 for the others, and for inputs the kernel refuses)."""
+    request = _REQUESTS.get(node.op)
+    if request is None:
+        return 0
+    try:
+        return request(node, a)
+    except Exception:   # noqa: BLE001 — bad inputs: the kernel itself reports them
+        return 0
+
+
 def limit_kernel(node, kern, limit):
     """`kern` checked against `limit`: what it will allocate before, what it returns after."""
     request = _REQUESTS.get(node.op)
@@ -246,11 +305,7 @@ def limit_kernel(node, kern, limit):
 
     def checked(ctx, a):
         if request is not None:
-            try:
-                n = request(node, a)
-            except Exception:   # noqa: BLE001 — bad inputs: the kernel itself reports them
-                n = 0
-            limit.reserve(n, name, op)
+            limit.reserve(request_bytes(node, a), name, op)
         outs = kern(ctx, a)
         if entry is not None:
             limit.add_entry(a[entry], ctx, name, op)

@@ -343,7 +343,7 @@ class Session:
         if not folding.ENABLED:
             return self.graph
         keep = set(feed_names) | {parse_input(f)[0] for f in fetches} | set(targets)
-        return folding.fold(self.graph, keep)[0]
+        return folding.fold(self.graph, keep, self.memory_limit)[0]
 
     def memory_stats(self):
         """device -> {"in_use", "peak", "capacity"} for every device that accounts bytes."""
