@@ -142,6 +142,8 @@ def _node_from_json(d, i):
         checks.check_name(ref[1:] if ref.startswith("^") else ref.rpartition(":")[0] or ref, "input", name)
     if not isinstance(attrs, dict):
         raise DfcGraphError("'attrs' must be an object", node=name)
+    if op == "Restore":
+        attrs = _one_variable_restore(attrs)
     opdef = opreg.get(op)
     decoded = {k: _decode_attr(opdef.attrs[k][0], v, name) if k in opdef.attrs else v for k, v in attrs.items()}
     for key in ("device", "loc", "var"):
@@ -159,6 +161,15 @@ def _node_from_json(d, i):
     attrs = opreg.canonical_attrs(op, decoded, name)
     _check_strings(op, attrs, name)
     return Node(name, op, inputs, attrs, d.get("device"), d.get("loc"), d.get("var"))
+
+
+def _one_variable_restore(attrs):
+    """Files written before Restore read a whole checkpoint hold one Restore per variable (attrs name, dtype,
+    shape): read each as a Restore of that one variable, so those graphs keep loading and running."""
+    if "name" not in attrs or "names" in attrs or set(attrs) - {"path", "name", "dtype", "shape"}:
+        return attrs
+    return {"path": attrs.get("path"), "names": [attrs["name"]], "dtypes": [attrs.get("dtype")],
+            "shapes": [attrs.get("shape")]}
 
 
 def _check_strings(op, attrs, name):

@@ -1,8 +1,11 @@
 """dfc.Checkpoint: Save / Restore + Assign of Variables from traced code (used by samples/linear_model.py)."""
+import json
+
 import numpy as np
 import pytest
 
 import dfc
+from dfc.ir.serialize import to_json
 
 
 def test_save_inside_a_loop_then_restore_in_another_graph(tmp_path):
@@ -69,3 +72,32 @@ def test_a_restore_is_one_node_and_survives_a_saved_graph(tmp_path):
     assert rb == 7 and rb.dtype == np.int64
     np.testing.assert_array_equal(w.numpy(), [0, 1])
     assert b.numpy() == 7
+
+
+def test_a_graph_file_with_one_restore_per_variable_still_loads_and_runs(tmp_path):
+    # graphs saved before a Restore read a whole checkpoint hold one Restore per variable
+    np.savez(tmp_path / "ck.npz", w=np.arange(2.0), b=np.int64(7))
+    w = dfc.Variable(np.zeros(2), name="w_old_restore")
+    b = dfc.Variable(np.int64(0), name="b_old_restore")
+    d = json.loads(to_json(dfc.trace(lambda: dfc.Checkpoint({"w": w, "b": b}).restore("ck.npz"))))
+    [node] = [n for n in d["nodes"] if n["op"] == "Restore"]
+    a = node["attrs"]
+    old = [dict(node, name=f"{node['name']}_{k}", attrs={"path": a["path"], "name": nm, "dtype": dtp, "shape": shp})
+           for k, (nm, dtp, shp) in enumerate(zip(a["names"], a["dtypes"], a["shapes"]))]
+    d["nodes"] = [x for n in d["nodes"] for x in (old if n is node else [n])]
+
+    def ref(r):           # the new node's output k is the old k-th node's output 0
+        if r == "^" + node["name"]:
+            return [f"^{o['name']}" for o in old]
+        nm, _, port = r.rpartition(":")
+        return [f"{node['name']}_{int(port)}:0" if nm == node["name"] else r]
+    for n in d["nodes"]:
+        n["inputs"] = [x for r in n["inputs"] for x in ref(r)]
+    d["signature"]["outputs"] = json.loads(json.dumps(d["signature"]["outputs"]).replace(
+        f'"{node["name"]}:1"', f'"{node["name"]}_1:0"').replace(f'"{node["name"]}:0"', f'"{node["name"]}_0:0"'))
+    g = dfc.loads(json.dumps(d))
+    assert [n.op for n in g.nodes.values()].count("Restore") == 2
+    rw, rb = dfc.Session(g, checkpoint_dir=str(tmp_path)).call()
+    np.testing.assert_array_equal(rw, [0, 1])
+    assert rb == 7 and rb.dtype == np.int64
+    np.testing.assert_array_equal(w.numpy(), [0, 1])
