@@ -294,8 +294,9 @@ def while_loop(cond_fn, body_fn, loop_vars, parallel_iterations=32, maximum_iter
     nested structures of tensors, Python scalars and TensorArrays. Python
     scalars are weakly typed: they take the dtype the body gives them. A loop
     variable's dtype may not otherwise change; its shape may (dimensions that
-    change become unknown). Up to `parallel_iterations` iterations run at once.
-    `maximum_iterations` stops the loop after that many iterations.
+    change become unknown). Up to `parallel_iterations` iterations run at once (an
+    int >= 1). `maximum_iterations` (an int >= 0 or an integer scalar tensor) stops
+    the loop after that many iterations; other values are a DfcTypeError.
 
     The body is traced again (at most a few times) while the variables' types
     settle; a loop nested in it reuses what it settled to in the previous trace,
