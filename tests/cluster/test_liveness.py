@@ -21,6 +21,22 @@ def c():
     return cluster()
 
 
+def test_the_liveness_timeout_is_a_positive_number_of_seconds(monkeypatch):
+    from dfc.runtime.cluster import DEFAULT_LIVENESS_TIMEOUT, LIVENESS_ENV, parse_liveness_timeout
+    monkeypatch.delenv(LIVENESS_ENV, raising=False)
+    assert parse_liveness_timeout() == DEFAULT_LIVENESS_TIMEOUT == 30.0
+    assert parse_liveness_timeout(2) == 2.0
+    monkeypatch.setenv(LIVENESS_ENV, "7.5")
+    assert parse_liveness_timeout() == 7.5
+    assert parse_liveness_timeout(1) == 1.0          # the keyword wins
+    for bad in (0, -1, float("inf"), float("nan"), "soon", [3]):
+        with pytest.raises(dfc.DfcError, match="liveness_timeout=.*positive number of seconds"):
+            parse_liveness_timeout(bad)
+    monkeypatch.setenv(LIVENESS_ENV, "0")
+    with pytest.raises(dfc.DfcError, match=LIVENESS_ENV):
+        parse_liveness_timeout()
+
+
 def slow_hand_over_task():
     """A Task class whose process takes HAND_OVER_DELAY s to decode each value another process sends it, as a
     large inline value takes to copy (made here, in a function, so Ray pickles it by value)."""
@@ -106,6 +122,8 @@ def test_a_stopped_task_fails_the_step_naming_it_and_restart_brings_it_back(c, m
         assert "task worker:1 died or hangs: no reply for" in str(e) and "restart" in str(e)
         assert "worker:0" not in str(e).split(";")[0]
         assert e.node is not None
+        with pytest.raises(dfc.DfcRuntimeError, match=r"task worker:1 died or hangs.*restart\('worker:1'\)"):
+            c.pid("worker:1")           # a call to the task is bounded too
         c.restart("worker:1")           # the old process is still stopped: restart does not wait on it
         assert c.pid("worker:1") != pid
         assert s.call(np.int32(20)) == 20.0

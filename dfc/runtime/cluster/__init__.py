@@ -63,7 +63,6 @@ def no_answer(task, seconds):
 
 
 def _ray():
-    import os
     # Ray's progress-bar support replaces builtins.print in the driver process; dfc users' print (and
     # converted print in dfc.functions) must stay Python's own.
     os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")
@@ -131,9 +130,13 @@ class Cluster:
         self._tokens = []
         self._outboxes = {}         # task -> Outbox of the chief's Sends to it (shared by every Session)
         self._stale = set()         # tasks that may not have the newest peer handles (no reply to connect)
-        for t in self.task_names:
-            self._start(t)
-        self._connect_all()
+        try:
+            for t in self.task_names:
+                self._start(t)
+            self._connect_all()
+        except BaseException:
+            self.shutdown()         # the tasks that did start, and the Ray this cluster started
+            raise
         _connected.append(self)     # only a cluster whose tasks all started holds Variables
 
     def _actor_class(self):

@@ -14,7 +14,9 @@ reused pid is spared) and any process whose stdout or stderr is a file in the
 session's directory, where Ray sends the output of the workers it starts.
 
 Linux only (/proc); elsewhere `watch()` starts nothing. The reaper needs only
-the standard library, so it starts without importing dfc.
+the standard library, so it starts without importing dfc. A child the driver
+makes with a bare fork() holds the pipe too: the reaper then acts when the
+last of them has ended.
 """
 import os
 import select
@@ -47,14 +49,17 @@ def watch():
     """A reaper for the Ray this process just started; None where it cannot watch (no /proc, or Ray does
     not say which processes it started)."""
     import ray
-    node = getattr(ray._private.worker, "_global_node", None)      # Ray has no public call for these
-    if node is None or not os.path.isdir("/proc"):
+    if not os.path.isdir("/proc"):
         return None
-    roots = [str(info.process.pid) for infos in node.all_processes.values() for info in infos
-             if getattr(info, "process", None) is not None]
-    p = subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__), node.get_session_dir_path(),
-                          *roots], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+    try:
+        node = ray._private.worker._global_node          # Ray has no public call for these
+        roots = [str(info.process.pid) for infos in node.all_processes.values() for info in infos
+                 if getattr(info, "process", None) is not None]
+        p = subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__), node.get_session_dir_path(),
+                              *roots], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    except (AttributeError, OSError):   # another Ray version's internals, or no process to spare
+        return None
     return Watch(p)
 
 
