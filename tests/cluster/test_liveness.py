@@ -37,58 +37,6 @@ def test_the_liveness_timeout_is_a_positive_number_of_seconds(monkeypatch):
         parse_liveness_timeout()
 
 
-def slow_hand_over_task():
-    """A Task class whose process takes HAND_OVER_DELAY s to decode each value another process sends it, as a
-    large inline value takes to copy (made here, in a function, so Ray pickles it by value)."""
-    from dfc.runtime.cluster import wire
-    from dfc.runtime.cluster.task import Task
-
-    class SlowHandOver(Task):
-        def __init__(self, *args, **kw):
-            import time
-            super().__init__(*args, **kw)
-            fast = wire.decode
-
-            def slow(value, *a):
-                time.sleep(HAND_OVER_DELAY)
-                return fast(value, *a)
-            wire.decode = slow          # this actor's own process only
-
-    return SlowHandOver
-
-
-def test_a_value_still_being_handed_over_is_not_a_deadlock(c):
-    from dfc.runtime.cluster import Cluster, _ray
-
-    class Slow(Cluster):
-        def _actor_class(self):
-            return _ray().remote(slow_hand_over_task())
-
-    def f(x):
-        with dfc.device("cpu:0"):
-            y = x + 1.0             # on the chief: sent to worker:0, where it is handed over slowly
-        with dfc.device("worker:0/cpu:0"):
-            return y * 2.0
-
-    slow = Slow(["worker:0"])
-    try:
-        s = dfc.Session(dfc.trace(f, F32), cluster=slow)
-        for k in range(2):
-            assert s.call(np.float32(k)) == 2.0 * (k + 1)
-    finally:
-        slow.shutdown()
-
-
-def spin(n):
-    """A long loop: its predicate on worker:0, its body on worker:1 (both tasks busy all along)."""
-    def body(i, a):
-        with dfc.device("worker:1/cpu:0"):
-            a = a + 1.0
-        return i + 1, a
-    with dfc.device("worker:0/cpu:0"):
-        return dfc.while_loop(lambda i, a: i < n, body, (0, 0.0))[1]
-
-
 def step_in_thread(fn):
     """Run fn() on a thread: (the thread, its outcome {"value"|"error": ...})."""
     out = {}
@@ -101,6 +49,79 @@ def step_in_thread(fn):
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t, out
+
+
+def hand_over_task(fails):
+    """A Task class whose process takes HAND_OVER_DELAY s to decode each value another process sends it, as a
+    large inline value takes to copy, and then (fails=True) cannot decode it. Made here, in a function, so
+    Ray pickles it by value."""
+    from dfc.runtime.cluster import wire
+    from dfc.runtime.cluster.task import Task
+
+    class SlowHandOver(Task):
+        def __init__(self, *args, **kw):
+            import time
+            super().__init__(*args, **kw)
+            fast = wire.decode
+
+            def slow(value, *a):
+                time.sleep(HAND_OVER_DELAY)
+                if fails:
+                    raise wire.DfcRuntimeError("the value could not be decoded")
+                return fast(value, *a)
+            wire.decode = slow          # this actor's own process only
+
+    return SlowHandOver
+
+
+def chief_to_worker(x):
+    with dfc.device("cpu:0"):
+        y = x + 1.0             # on the chief: sent to worker:0, where it is handed over
+    with dfc.device("worker:0/cpu:0"):
+        return y * 2.0
+
+
+def on_hand_over_cluster(fails, check):
+    """check(session) on a one-task cluster (worker:0) whose task hands values over as hand_over_task says."""
+    from dfc.runtime.cluster import Cluster, _ray
+
+    class Slow(Cluster):
+        def _actor_class(self):
+            return _ray().remote(hand_over_task(fails))
+
+    slow = Slow(["worker:0"])
+    try:
+        check(dfc.Session(dfc.trace(chief_to_worker, F32), cluster=slow))
+    finally:
+        slow.shutdown()
+
+
+def test_a_value_still_being_handed_over_is_not_a_deadlock(c):
+    def check(s):
+        for k in range(2):
+            assert s.call(np.float32(k)) == 2.0 * (k + 1)
+    on_hand_over_cluster(False, check)
+
+
+def test_a_value_that_cannot_be_handed_over_fails_the_step_naming_the_task(c):
+    def check(s):
+        t, out = step_in_thread(lambda: s.call(np.float32(1)))
+        t.join(120)
+        assert not t.is_alive(), "the step hung on a message that was never handed over"
+        e = out.get("error")
+        assert isinstance(e, dfc.DfcRuntimeError) and not isinstance(e, dfc.DfcDeadlockError), out
+        assert "on task worker:0" in str(e) and "could not be decoded" in str(e)
+    on_hand_over_cluster(True, check)
+
+
+def spin(n):
+    """A long loop: its predicate on worker:0, its body on worker:1 (both tasks busy all along)."""
+    def body(i, a):
+        with dfc.device("worker:1/cpu:0"):
+            a = a + 1.0
+        return i + 1, a
+    with dfc.device("worker:0/cpu:0"):
+        return dfc.while_loop(lambda i, a: i < n, body, (0, 0.0))[1]
 
 
 def test_a_stopped_task_fails_the_step_naming_it_and_restart_brings_it_back(c, monkeypatch):
