@@ -2,13 +2,14 @@
 
 Graph files are untrusted, and generated source is executed, so no string from a graph (node and frame
 names, attributes, dtypes, device or container names) may become source text. Everything a generator
-writes is a `Code`: text this module made. Only four things make Code:
+writes is a `Code`: text this module made. Only these make Code:
 
 - `ident(base, *numbers)`: an identifier, `base` (letters and underscores, written in the generator)
   followed by non-negative ints joined by "_", e.g. ident("v", 12, 0) -> v12_0;
 - `lit(value)`: the repr of a validated Python number, bool or None, or a tuple of them;
 - `blob(data)`: bytes as a hex string literal (only [0-9a-f] between the quotes), for data that compiled
   code must carry in its source (a numba module is cached on disk and runs without dfc's Python objects);
+- `dtype(name)`: the name of one of dfc's array dtypes (dfc.ir.dtypes.ALL), e.g. for `np.<name>`;
 - `fmt(template, *parts)` / `join(sep, parts)`: a template or separator written in the generator (a
   string constant: tests/runtime/test_codegen_sources.py checks every call) with Code in its `{}` holes.
 
@@ -84,6 +85,14 @@ def blob(data):
     return _code("'" + bytes(data).hex() + "'")
 
 
+def dtype(name):
+    """The name of one of dfc's array dtypes (float32, float64, int32, int64, bool), and nothing else."""
+    from dfc.ir.dtypes import ALL
+    if type(name) is not str or name not in ALL:
+        raise EmitError(f"not one of dfc's dtypes: {str(name)[:40]!r}")
+    return _code(name)
+
+
 def _parts(parts):
     for p in parts:
         if type(p) is not Code:
@@ -116,6 +125,11 @@ def subst(template, *parts):
 def join(sep, parts):
     """The parts (Code) joined by the separator (a constant of the generator)."""
     return _code(sep.join(_parts(list(parts))))
+
+
+def items(parts):
+    """The parts (Code) each followed by ", ": the items of a tuple, list or call ("a, b, ")."""
+    return _code("".join(p + ", " for p in _parts(list(parts))))
 
 
 def indent(levels):
@@ -160,11 +174,12 @@ _BANNED = frozenset({"import", "exec", "eval", "compile", "open", "getattr", "se
 def check_module(lines):
     """The text of a generated numba module, checked token by token: its lines are printable ASCII; only
     its header imports; comments and strings are of the forms above; no dunder name or banned builtin. The
-    numba generators build lines from ints, the emitter's blobs and dtype names validated against a fixed
-    list; this check makes any other text (a regression) an EmitError, never code."""
+    numba generators build every line as the other generators do (Code from constant templates filled with
+    the emitter's identifiers, literals, blobs and dtype names); this check is a second guard: any other text
+    (a regression) is an EmitError, never code."""
     import io
     import tokenize
-    for line in lines:
+    for line in _parts(list(lines)):
         _code(line)
     text = "\n".join(lines)
     body = text

@@ -36,6 +36,7 @@ replays the frame. $DFC_COMPILED_BUFFERS=0 turns buffers off (a benchmark's base
 import math
 import os
 
+from dfc.runtime import emit as E
 from dfc.runtime.fused import EXIT, NEXT, SWITCH
 from dfc.runtime.kernels.lowering import scalar_type
 
@@ -59,8 +60,9 @@ class _Loop:
     def buffer(self, to, alias, alloc):
         """Assignments (appended to list `to`) allocating owner `alias`m and making `alias` its unmanaged alias
         (helpers.unmanaged)."""
-        to += [(f"{alias}m", alloc), (alias, f"H.unmanaged({alias}m)")]
-        self.owners.append(f"{alias}m")
+        owner = E.fmt("{}m", alias)
+        to += [(owner, alloc), (alias, E.fmt("H.unmanaged({})", owner))]
+        self.owners.append(owner)
 
 
 class LoopBuffers:
@@ -83,22 +85,26 @@ class LoopBuffers:
         if not lp.owners:
             return
         a, p, gl, ind = lp.a, self.gen.plan, self.gen.lines, lp.ind
+        it = E.ident("it", a.fid)
         for k, e in enumerate(a.exits):     # the codegen's Exit value x (the alias, after an iteration): its owner
             m = a.switches[p.ins[e][0][0]]
             if m in lp.parity:
                 i, shape = lp.parity[m]
-                b0, b1 = (f"B{i}_0m", f"B{i}_1m") if shape is None else (f"H.reshape(B{i}_{q}m, {shape})" for q in "01")
-                gl.append(f"{ind}if it{a.fid} > 0 and not dx{a.fid}_{k}:")
-                gl.append(f"{ind}    x{a.fid}_{k} = {b0} if it{a.fid} % 2 == 1 else {b1}")
+                b0, b1 = (E.ident("B", i, q, tail="m") for q in (0, 1))
+                if shape is not None:
+                    b0, b1 = E.fmt("H.reshape({}, {})", b0, shape), E.fmt("H.reshape({}, {})", b1, shape)
+                gl.w(ind, "if {} > 0 and not {}:", it, E.ident("dx", a.fid, k))
+                gl.w(ind, "    {} = {} if {} % 2 == 1 else {}", E.ident("x", a.fid, k), b0, it, b1)
         # an owner named after the loop lives until then; one made at the top and named inside an outer loop
         # lives until that loop is done
-        gl.extend(f"{ind}H.keep({b})" for b in lp.owners)
+        for b in lp.owners:
+            gl.w(ind, "H.keep({})", b)
         here = lp.each
         if self._open:
             self.gen.placeholders.update(lp.once)
         else:
             here = lp.once + here
-        gl[lp.pos:lp.pos] = [f"{ind}{name} = {expr}" for name, expr in here]
+        gl[lp.pos:lp.pos] = [E.fmt("{}{} = {}", ind, name, expr) for name, expr in here]
 
     def get(self, i, t, shaped=False):
         """An expression for the buffer node i's output 0 (Type t) is written into in the innermost loop being
@@ -109,20 +115,22 @@ class LoopBuffers:
         lp = self._open[-1]
         if i not in lp.items or len(self.gen.plan.out_edges[i]) != 1:
             return None
-        dims = "".join(f"{d}, " for d in t.shape) if shaped else f"{math.prod(t.shape)}, "
-        alloc = f"np.empty(({dims}), {scalar_type(t.dtype)})"
+        dims = E.items([E.lit(d) for d in (t.shape if shaped else (math.prod(t.shape),))])
+        alloc = E.fmt("np.empty(({}), {})", dims, scalar_type(t.dtype))
         uses = self.gen.plan.out_edges[i][0]
         if all(self._reads(d, lp.items) for d, _ in uses):
-            lp.buffer(lp.once, f"B{i}_", alloc)
+            b = E.ident("B", i, tail="_")
+            lp.buffer(lp.once, b, alloc)
             if shaped or t.ndim == 1:
-                lp.exact[f"v{i}_0"] = f"B{i}_"
-            return f"B{i}_"
+                lp.exact[E.ident("v", i, 0)] = b
+            return b
         m = self._carried(uses, lp.a, lp.items)
         if m is not None:
-            lp.parity[m] = (i, None if shaped or t.ndim == 1 else f"({''.join(f'{d}, ' for d in t.shape)})")
-            lp.buffer(lp.each, f"B{i}_0", alloc)
-            lp.buffer(lp.each, f"B{i}_1", alloc)
-            return f"(B{i}_0 if it{lp.a.fid} % 2 == 0 else B{i}_1)"
+            lp.parity[m] = (i, None if shaped or t.ndim == 1 else E.fmt("({})", E.items([E.lit(d) for d in t.shape])))
+            b0, b1 = E.ident("B", i, 0), E.ident("B", i, 1)
+            lp.buffer(lp.each, b0, alloc)
+            lp.buffer(lp.each, b1, alloc)
+            return E.fmt("({} if {} % 2 == 0 else {})", b0, E.ident("it", lp.a.fid), b1)
         return None
 
     def only_read(self, i):
@@ -145,9 +153,10 @@ class LoopBuffers:
         lp = self._open[-1]
         if x not in lp.exact:
             return None
-        lp.once.append((f"V{i}_", f"H.reshape({lp.exact[x]}, ({''.join(f'{d}, ' for d in t.shape)}))"))
-        lp.exact[f"v{i}_0"] = f"V{i}_"
-        return f"V{i}_"
+        name = E.ident("V", i, tail="_")
+        lp.once.append((name, E.fmt("H.reshape({}, ({}))", lp.exact[x], E.items([E.lit(d) for d in t.shape]))))
+        lp.exact[E.ident("v", i, 0)] = name
+        return name
 
     def _reads(self, dst, items):
         """Whether node dst only reads its input within the iteration (through views of it, their uses)."""

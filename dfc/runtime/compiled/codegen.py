@@ -11,7 +11,12 @@ deadness. A value that a cond can make dead carries a bool `d<node>_<port>` besi
 typed placeholder, never read); a node with a dead input is skipped and its outputs are dead; Switch and
 Merge become if/elif; a nested loop frame becomes a nested `while True` whose Exits are locals.
 Chains of elementwise ops on arrays run as one flat loop each (fusion.py).
+
+Every line is emit.Code (dfc/runtime/emit.py), written as fused.py writes its lines: a constant template
+filled with the emitter's identifiers (v<node>_<port>, d<node>_<port>, it<frame>, ...), literals and dtype
+names; comments name nodes and frames by index.
 """
+from dfc.runtime import emit as E
 from dfc.runtime.fused import ENTER, EXIT, MERGE, NEXT, SWITCH, FrameProgram
 from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type
 from dfc.runtime.compiled.buffers import RESHAPES, LoopBuffers
@@ -34,8 +39,17 @@ _USE_OF = {"StackPush": "push", "StackPop": "pop", "TensorArrayWrite": "ta_write
 def module(lines):
     """The module text of generated lines, checked by the emitter (emit.check_module) before anything
     writes or compiles it."""
-    from dfc.runtime import emit
-    return emit.check_module(lines)
+    return E.check_module(lines)
+
+
+def head(comment, objmode, params):
+    """The first lines of a generated module: its imports, the comment naming what it computes, and the
+    `def run(<params>, K, LP, R):` line."""
+    return [E.fmt("import numpy as np"), E.fmt("import numba"), E.fmt("from numba import njit"),
+            E.fmt("from dfc.runtime.compiled import helpers as H, npcall as P"), E.fmt(""), comment,
+            # object mode (kernels called from compiled code, e.g. random draws) needs the GIL
+            E.fmt("@njit(cache=True, nogil={}, error_model='numpy')", E.lit(not objmode)),
+            E.fmt("def run({}K, LP, R):", E.items(params))]
 
 
 class Blocked(Exception):
@@ -87,8 +101,8 @@ class Type:
         if self.dtype == "resource":
             raise Unsupported("a resource handle that may be dead")
         if self.ndim == 0:
-            return "False" if self.dtype == "bool" else f"{scalar_type(self.dtype)}(0)"
-        return f"np.zeros(({'0, ' * self.ndim}), {scalar_type(self.dtype)})"
+            return E.fmt("False") if self.dtype == "bool" else E.fmt("{}(0)", scalar_type(self.dtype))
+        return E.fmt("np.zeros(({}), {})", E.items([E.lit(0)] * self.ndim), scalar_type(self.dtype))
 
 
 class Emit:
@@ -104,8 +118,9 @@ class Emit:
         says when."""
         return None if self.index is None else self.gen.buffers.get(self.index, self.outs[0], shaped)
 
-    def stmt(self, line):
-        self.gen.lines.append(self.ind + line)
+    def stmt(self, template, *parts):
+        """Add the statement fmt(template, *parts) at the node's indentation."""
+        self.gen.lines.w(self.ind, template, *parts)
 
     def tmp(self):
         return self.gen.fresh("t")
@@ -129,17 +144,19 @@ class Emit:
         whose exact results (e.g. random draws seeded by run and iteration) numba cannot reproduce. `ins`:
         the input expressions. The generated function gets R = [run count, *tag of the frame's call]."""
         import json
-        from dfc.runtime import emit
         t = self.outs[0]
-        typ = t.dtype if t.ndim == 0 else f"{t.dtype}[{', '.join([':'] * (t.ndim - 1) + ['::1'])}]"
+        typ = E.dtype(t.dtype) if t.ndim == 0 else \
+            E.fmt("{}[{}]", E.dtype(t.dtype), E.join(", ", [E.fmt(":")] * (t.ndim - 1) + [E.fmt("::1")]))
         chain = self.gen.frame_chain
         # the node travels as data: hex digits of its JSON (a cached module is read by other processes)
-        node = emit.blob(json.dumps([self.node.name, self.node.op, self.node.attrs]).encode())
+        node = E.blob(json.dumps([self.node.name, self.node.op, self.node.attrs]).encode())
         ctr = self.tmp()
-        self.stmt(f"{ctr} = np.array([{''.join(f'{f}, it{f}, ' for f in chain)}], np.int64)")
+        self.stmt("{} = np.array([{}], np.int64)", ctr,
+                  E.join("", [E.fmt("{}, {}, ", E.lit(f), E.ident("it", f)) for f in chain]))
         self.gen.objmode = True
-        self.stmt(f"with numba.objmode({out}={typ!r}):")
-        self.stmt(f"    {out} = H.kernel_call(bytes.fromhex({node}).decode(), R, {ctr}, ({''.join(x + ', ' for x in ins)}), {t.ndim})")
+        self.stmt("with numba.objmode({}='{}'):", out, typ)
+        self.stmt("    {} = H.kernel_call(bytes.fromhex({}).decode(), R, {}, ({}), {})", out, node, ctr, E.items(ins),
+                  E.lit(t.ndim))
 
     def const(self, value, node_value=False):
         """An expression for a constant array (passed to the compiled function in K). node_value: it is the
@@ -150,9 +167,10 @@ class Emit:
         self.gen.consts.append(np.array(value, order="C", copy=True))
         k = len(self.gen.consts) - 1
         if node_value and self.index is not None and self.gen.buffers.only_read(self.index):
-            self.gen.placeholders[f"K{k}_"] = f"H.unmanaged(K[{k}])"
-            return f"K{k}_"
-        return f"K[{k}]"
+            name = E.ident("K", k, tail="_")
+            self.gen.placeholders[name] = E.fmt("H.unmanaged(K[{}])", E.lit(k))
+            return name
+        return E.fmt("K[{}]", E.lit(k))
 
 
 class FrameSource:
@@ -164,7 +182,7 @@ class FrameSource:
 
     def __init__(self, plan, fid, index, types):
         self.plan, self.fid, self.types = plan, fid, types
-        self.lines, self.loops, self.consts = [], [], []
+        self.lines, self.loops, self.consts = E.Lines(), [], []
         self.placeholders = {}         # dead_value: name -> expression
         self._n = 0
         self.flagged = set()           # (node, port) values that carry a dead flag
@@ -189,18 +207,11 @@ class FrameSource:
         self.frame_chain = []
         self.resources = {k: self._resource_use(e) for k, e in enumerate(a.enters)
                           if self.enter_types[k].dtype == "resource"}
-        params = [f"e{k}" for k in range(len(a.enters))]
-        ind = "    "
-        self._frame(a, ind, params)
-        outs = [f"x{fid}_{k}" for k in range(len(a.exits))] + [f"dx{fid}_{k}" for k in range(len(a.exits))]
-        body = self.lines
-        head = ["import numpy as np", "import numba", "from numba import njit",
-                "from dfc.runtime.compiled import helpers as H, npcall as P", "",
-                f"# loop frame {fid}",
-                # object mode (kernels called from compiled code, e.g. random draws) needs the GIL
-                f"@njit(cache=True, nogil={not self.objmode}, error_model='numpy')",
-                f"def run({''.join(x + ', ' for x in params)}K, LP, R):"]
-        self.source = module(head + self.hoisted() + body + [f"    return ({''.join(o + ', ' for o in outs)})", ""])
+        params = [E.ident("e", k) for k in range(len(a.enters))]
+        self._frame(a, E.indent(1), params)
+        outs = [E.ident(base, fid, k) for base in ("x", "dx") for k in range(len(a.exits))]
+        self.source = module(head(E.fmt("# loop frame {}", E.lit(fid)), self.objmode, params) + self.hoisted() +
+                             self.lines + [E.fmt("    return ({})", E.items(outs)), E.fmt("")])
 
     def _emitters(self):
         from dfc.runtime.compiled.fusion import Fusion
@@ -266,17 +277,18 @@ class FrameSource:
         gradient loops)."""
         if t.ndim == 0 or t.dtype == "resource":
             return t.default()
-        name = f"Z_{t.dtype}_{t.ndim}"
+        name = E.fmt("Z_{}_{}", E.dtype(t.dtype), E.lit(t.ndim))
         self.placeholders[name] = t.default()
         return name
 
     def hoisted(self):
         """The lines defining the dead-value placeholders, for the top of the function body."""
-        return [f"    {name} = {expr}" for name, expr in self.placeholders.items()]
+        return [E.fmt("    {} = {}", name, expr) for name, expr in self.placeholders.items()]
 
     def fresh(self, base):
+        """A new local <base><n>_ (base: a name written in the generator)."""
         self._n += 1
-        return f"{base}{self._n}_"
+        return E.ident(base, self._n, tail="_")
 
     def _type(self, i, port, what):
         n = self.plan.nodes[i]
@@ -322,11 +334,11 @@ class FrameSource:
     def ref(self, sp, a):
         s, port = sp
         if s in a.switches:
-            return f"v{a.switches[s]}_0"
+            return E.ident("v", a.switches[s], 0)
         if s in a.producer:
             c = a.producer[s][1]
-            return f"x{c}_{self.plan.frame_exits[c].index(s)}"
-        return f"v{s}_{port}"
+            return E.ident("x", c, self.plan.frame_exits[c].index(s))
+        return E.ident("v", s, port)
 
     def dead(self, sp, a):
         """The dead flag of a value, or None if it is never dead."""
@@ -335,28 +347,31 @@ class FrameSource:
             return None
         if s in a.producer:
             c = a.producer[s][1]
-            return f"dx{c}_{self.plan.frame_exits[c].index(s)}" if self.exits_may_die[c] else None
-        return f"d{s}_{port}" if (s, port) in self.flagged else None
+            return E.ident("dx", c, self.plan.frame_exits[c].index(s)) if self.exits_may_die[c] else None
+        return E.ident("d", s, port) if (s, port) in self.flagged else None
 
-    def w(self, ind, line):
-        self.lines.append(ind + line)
+    def w(self, ind, template, *parts):
+        """Add the line fmt(template, *parts) at indentation ind (emit.Lines.w)."""
+        self.lines.w(ind, template, *parts)
 
     # ------------------------------------------------------------ frames
     def _frame(self, a, ind, enter_exprs):
         p = self.plan
         w = self.w
+        v, x, dx, count = (lambda j: E.ident("v", j, 0)), (lambda k: E.ident("x", a.fid, k)), \
+            (lambda k: E.ident("dx", a.fid, k)), E.ident("it", a.fid)
         for k, e in enumerate(a.enters):
-            w(ind, f"v{e}_0 = {enter_exprs[k]}")
+            w(ind, "{} = {}", v(e), enter_exprs[k])
         for m in a.merges:
-            w(ind, f"v{m}_0 = v{p.ins[m][0][0]}_0")
+            w(ind, "{} = {}", v(m), v(p.ins[m][0][0]))
         exit_merge = [a.switches[p.ins[e][0][0]] for e in a.exits]
         for k, m in enumerate(exit_merge):
-            w(ind, f"x{a.fid}_{k} = v{m}_0")
-            w(ind, f"dx{a.fid}_{k} = False")
-        w(ind, f"it{a.fid} = np.int64(0)")       # the iteration (the fused path's tag), for TensorArray writes
+            w(ind, "{} = {}", x(k), v(m))
+            w(ind, "{} = False", dx(k))
+        w(ind, "{} = np.int64(0)", count)       # the iteration (the fused path's tag), for TensorArray writes
         self.buffers.open(a, ind)
         w(ind, "while True:")
-        ind2 = ind + "    "
+        ind2 = E.deeper(ind)
         self.frame_chain.append(a.fid)
         self.fusion.plan_frame(a)
         for it in a.order:
@@ -369,13 +384,13 @@ class FrameSource:
         pred, pdead = self.ref(pred_sp, a), self.dead(pred_sp, a)
         self.exits_may_die[a.fid] = pdead is not None
         if pdead is not None:
-            w(ind2, f"if {pdead}:")
+            w(ind2, "if {}:", pdead)
             for k in range(len(a.exits)):
-                w(ind2, f"    dx{a.fid}_{k} = True")
+                w(ind2, "    {} = True", dx(k))
             w(ind2, "    break")
-        w(ind2, f"if not {pred}:")
+        w(ind2, "if not {}:", pred)
         for k, m in enumerate(exit_merge):
-            w(ind2, f"    x{a.fid}_{k} = v{m}_0")
+            w(ind2, "    {} = {}", x(k), v(m))
         w(ind2, "    break")
         for it in a.order:
             if it in a.body:
@@ -386,12 +401,12 @@ class FrameSource:
             sp = p.ins[nx][0]
             flag = self.dead(sp, a)
             if flag is not None:      # e.g. a cond's Merge: live whenever its predicate is; if not, the
-                w(ind2, f"if {flag}:")  # fused path replays the frame (its loop variables are never dead)
+                w(ind2, "if {}:", flag)  # fused path replays the frame (its loop variables are never dead)
                 w(ind2, "    raise ValueError('a loop variable is dead')")
             nexts.append(self.ref(sp, a))
         if a.merges:
-            w(ind2, f"{''.join(f'v{m}_0, ' for m in a.merges)}= {''.join(x + ', ' for x in nexts)}")
-        w(ind2, f"it{a.fid} += 1")
+            w(ind2, "{}= {}", E.items([v(m) for m in a.merges]), E.items(nexts))
+        w(ind2, "{} += 1", count)
         self.buffers.close()
         self.frame_chain.pop()
 
@@ -410,21 +425,22 @@ class FrameSource:
             ca = self.an[c]
             args = [self.ref(p.ins[e][0], a) for e in ca.enters]
             deads = [d for d in (self.dead(p.ins[e][0], a) for e in ca.enters) if d]
-            w(ind, f"# loop frame {c}")
+            w(ind, "# loop frame {}", E.lit(c))
             if deads:
-                w(ind, f"if {' or '.join(deads)}:")
+                w(ind, "if {}:", E.join(" or ", deads))
                 for k, e in enumerate(p.frame_exits[c]):
-                    w(ind, f"    x{c}_{k} = {self.dead_value(self._type(e, 0, 'Exit'))}")
-                    w(ind, f"    dx{c}_{k} = True")
+                    w(ind, "    {} = {}", E.ident("x", c, k), self.dead_value(self._type(e, 0, "Exit")))
+                    w(ind, "    {} = True", E.ident("dx", c, k))
                 w(ind, "else:")
-                self._frame(ca, ind + "    ", args)
+                self._frame(ca, E.deeper(ind), args)
                 self.exits_may_die[c] = True
             else:
                 self._frame(ca, ind, args)
             return
         i = it[1]
         node = p.nodes[i]
-        w(ind, f"# node {i}")
+        w(ind, "# node {}", E.lit(i))
+        v, d = (lambda k: E.ident("v", i, k)), (lambda k: E.ident("d", i, k))
         args = [self.ref(sp, a) for sp in p.ins[i]]
         deads = [d for d in (self.dead(sp, a) for sp in p.ins[i]) if d]
         deads += [d for d in (self.dead((c, 0), a) for c in p.ctrl_ins[i]) if d]
@@ -434,11 +450,11 @@ class FrameSource:
             t = self._type(p.ins[i][1][0], p.ins[i][1][1], "Switch predicate")
             if t.dtype != "bool" or t.ndim != 0:
                 raise Blocked(node.name, f"Switch predicate is {t.dtype} of rank {t.ndim}, not one bool")
-            d, pr = args
-            w(ind, f"v{i}_0 = v{i}_1 = {d}")
-            dd = " or ".join(deads)
-            w(ind, f"d{i}_0 = {f'({dd}) or ' if dd else ''}{pr}")
-            w(ind, f"d{i}_1 = {f'({dd}) or ' if dd else ''}not {pr}")
+            data, pr = args
+            w(ind, "{} = {} = {}", v(0), v(1), data)
+            dd = E.fmt("({}) or ", E.join(" or ", deads)) if deads else E.fmt("")
+            w(ind, "{} = {}{}", d(0), dd, pr)
+            w(ind, "{} = {}not {}", d(1), dd, pr)
             self.flagged.update({(i, 0), (i, 1)})
             return
         if kind == MERGE:
@@ -455,20 +471,20 @@ class FrameSource:
             first = True
             for k, (arg, fl) in enumerate(zip(args, flags)):
                 if fl is None:          # a live input: the chain ends here
-                    pad = ind if first else ind + "    "
+                    pad = ind if first else E.deeper(ind)
                     if not first:
                         w(ind, "else:")
-                    w(pad, f"v{i}_0, v{i}_1, d{i}_0 = {arg}, np.int32({k}), False")
+                    w(pad, "{}, {}, {} = {}, np.int32({}), False", v(0), v(1), d(0), arg, E.lit(k))
                     break
-                w(ind, f"{'if' if first else 'elif'} not {fl}:")
-                w(ind, f"    v{i}_0, v{i}_1, d{i}_0 = {arg}, np.int32({k}), False")
+                w(ind, "if not {}:" if first else "elif not {}:", fl)
+                w(ind, "    {}, {}, {} = {}, np.int32({}), False", v(0), v(1), d(0), arg, E.lit(k))
                 first = False
             else:
                 w(ind, "else:")
-                w(ind, f"    v{i}_0, v{i}_1, d{i}_0 = {self.dead_value(t)}, np.int32(0), True")
+                w(ind, "    {}, {}, {} = {}, np.int32(0), True", v(0), v(1), d(0), self.dead_value(t))
             if all(flags):
                 self.flagged.update({(i, 0), (i, 1)})
-            w(ind, f"d{i}_1 = d{i}_0")
+            w(ind, "{} = {}", d(1), d(0))
             return
         if kind == EXIT:
             raise Blocked(node.name, "an Exit outside its frame's Switch")
@@ -484,19 +500,19 @@ class FrameSource:
         outs = [self._type(i, k, "output") for k in range(nout)]
         pad = ind
         if deads:
-            w(ind, f"if {' or '.join(deads)}:")
+            w(ind, "if {}:", E.join(" or ", deads))
             for k in range(max(nout, 1)):
-                w(ind, f"    d{i}_{k} = True")
+                w(ind, "    {} = True", d(k))
             for k in range(nout):
-                w(ind, f"    v{i}_{k} = {self.dead_value(outs[k])}")
+                w(ind, "    {} = {}", v(k), self.dead_value(outs[k]))
             w(ind, "else:")
-            pad = ind + "    "
+            pad = E.deeper(ind)
             for k in range(max(nout, 1)):
                 self.flagged.add((i, k))
-                w(pad, f"d{i}_{k} = False")
+                w(pad, "{} = False", d(k))
         view = self.buffers.view(i, args[0], outs[0]) if node.op in RESHAPES and nout == 1 else None
         if view is not None:        # a view of a loop's buffer, made when the loop starts (buffers.py)
-            w(pad, f"v{i}_0 = {view}")
+            w(pad, "{} = {}", v(0), view)
             return
         e = Emit(self, node, args, ins, outs, pad, i)
         try:
@@ -506,4 +522,4 @@ class FrameSource:
         if len(exprs) != nout:
             raise Blocked(node.name, f"lowering gave {len(exprs)} outputs, the op has {nout}")
         for k, x in enumerate(exprs):
-            w(pad, f"v{i}_{k} = {x}")
+            w(pad, "{} = {}", v(k), x)

@@ -23,6 +23,7 @@ $DFC_COMPILED_FUSION=0 turns grouping off (every op computed on its own, as a be
 """
 import os
 
+from dfc.runtime import emit as E
 from dfc.runtime.fused import ENTER, EXIT, MERGE, NEXT, SWITCH
 from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type as st
 from dfc.runtime.kernels.math_lower import NATIVE, elementwise
@@ -98,7 +99,7 @@ class _Group:
         self.deads = []
         self.tag = self.gen.fresh("g")
         self.phases = []        # finished statement blocks, in the order they run
-        self.n = f"{self.tag}n"
+        self.n = E.fmt("{}n", self.tag)
         self._walk(root)
 
     def _walk(self, i):
@@ -115,7 +116,7 @@ class _Group:
             t = g._type(sp[0], sp[1], "input")
             ref = g.ref(sp, self.a)
             if t.ndim and ref not in self.leaves:
-                self.leaves[ref] = (f"{self.tag}f{len(self.leaves)}", t)
+                self.leaves[ref] = (E.fmt("{}f{}", self.tag, E.lit(len(self.leaves))), t)
 
     def emit(self, ind):
         g, r = self.gen, self.root
@@ -123,68 +124,69 @@ class _Group:
         w = g.w
         pad = ind
         if self.deads:
-            w(ind, f"if {' or '.join(self.deads)}:")
-            w(ind, f"    d{r}_0 = True")
-            w(ind, f"    v{r}_0 = {self.gen.dead_value(out)}")
+            w(ind, "if {}:", E.join(" or ", self.deads))
+            w(ind, "    {} = True", E.ident("d", r, 0))
+            w(ind, "    {} = {}", E.ident("v", r, 0), self.gen.dead_value(out))
             w(ind, "else:")
-            pad = ind + "    "
-            w(pad, f"d{r}_0 = False")
+            pad = E.deeper(ind)
+            w(pad, "{} = False", E.ident("d", r, 0))
             g.flagged.add((r, 0))
         refs = list(self.leaves)
-        shape, nd = f"{self.tag}s", out.ndim
+        shape, nd = E.fmt("{}s", self.tag), out.ndim
+        differ = E.join(" or ", [E.fmt("{}.shape != {}", x, shape) for x in refs[1:]])
         same = [x for x in refs if self.leaves[x][1].ndim == nd]    # (an input of lower rank is broadcast)
         if refs and nd == 1 and None not in out.shape and all(self.leaves[x][1].shape == out.shape for x in refs):
             # one static shape (the types say so): the inputs are their own flat views, read as they are (a
             # view chosen at run time would cost two atomic reference counts per input). Should the types be
             # wrong, the group raises and the fused path replays the frame.
-            w(pad, f"{shape} = {refs[0]}.shape")
+            w(pad, "{} = {}.shape", shape, refs[0])
             if len(refs) > 1:
-                w(pad, f"if {' or '.join(f'{x}.shape != {shape}' for x in refs[1:])}:")
+                w(pad, "if {}:", differ)
                 w(pad, "    raise ValueError('operands of an elementwise group differ from their static shape')")
             for ref in refs:
                 self.leaves[ref] = (ref, self.leaves[ref][1])
             refs = []
         elif len(same) == len(refs):        # the shape of the first input, unless they differ
-            w(pad, f"{shape} = {same[0]}.shape")
+            w(pad, "{} = {}.shape", shape, same[0])
             if len(refs) > 1:
-                w(pad, f"if {' or '.join(f'{x}.shape != {shape}' for x in refs[1:])}:")
-                w(pad, f"    {shape} = np.broadcast_shapes({''.join(x + '.shape, ' for x in refs)})")
+                w(pad, "if {}:", differ)
+                w(pad, "    {} = np.broadcast_shapes({})", shape, E.items([E.fmt("{}.shape", x) for x in refs]))
         else:
-            w(pad, f"{shape} = np.broadcast_shapes({''.join(x + '.shape, ' for x in refs)})")
+            w(pad, "{} = np.broadcast_shapes({})", shape, E.items([E.fmt("{}.shape", x) for x in refs]))
         for ref in refs:
             name, t = self.leaves[ref]
             if t.ndim < nd:
-                w(pad, f"{name} = H.spread({ref}, {shape})")
+                w(pad, "{} = H.spread({}, {})", name, ref, shape)
             elif nd == 1:                   # (a 1-D input of the shape is its own flat view)
-                w(pad, f"{name} = {ref} if {ref}.shape == {shape} else H.flat({ref}, {shape})")
+                w(pad, "{} = {} if {}.shape == {} else H.flat({}, {})", name, ref, ref, shape, ref, shape)
             else:
-                w(pad, f"{name} = H.flat({ref}, {shape})")
-        w(pad, f"{self.n} = {shape}[0]" if nd == 1 else f"{self.n} = H.size_of({shape})")
+                w(pad, "{} = H.flat({}, {})", name, ref, shape)
+        w(pad, "{} = {}[0]" if nd == 1 else "{} = H.size_of({})", self.n, shape)
         body = self._phase(pad)
         expr, kind, arr = self._elem(r, body)
         if kind == "buf":           # the root is a numpy loop's result: its buffer
-            result = f"H.reshape({arr}, {shape})" if nd > 1 else arr
+            result = E.fmt("H.reshape({}, {})", arr, shape) if nd > 1 else arr
         else:
             spare = [b for b, dt in body["bufs"] if dt == out.dtype]
             if spare:               # written in place into a buffer the loop reads element by element
                 res, pre = spare[0], []
             else:
-                res = f"{self.tag}r"
+                res = E.fmt("{}r", self.tag)
                 pre = self._array(res, out.dtype, g.buffers.get(r, out))
             self._finish(body, [(res, expr)], pre)
-            result = f"H.reshape({res}, {shape})" if nd > 1 else res
+            result = E.fmt("H.reshape({}, {})", res, shape) if nd > 1 else res
         for block in self.phases:
             g.lines.extend(block)
-        w(pad, f"v{r}_0 = {result}")
+        w(pad, "{} = {}", E.ident("v", r, 0), result)
 
     # ---------------------------------------------------------------- phases: a flat loop each
     def _array(self, name, dtype, buf):
         """Statements making `name` a flat array of the group's n elements of dtype: the loop's buffer `buf`
         (buffers.py; its size checked), or with buf None a new one."""
         if buf is None:
-            return [f"{name} = np.empty({self.n}, {st(dtype)})"]
-        return [f"{name} = {buf}", f"if {name}.shape[0] != {self.n}:",
-                "    raise ValueError('an elementwise group differs from its static shape')"]
+            return [E.fmt("{} = np.empty({}, {})", name, self.n, st(dtype))]
+        return [E.fmt("{} = {}", name, buf), E.fmt("if {}.shape[0] != {}:", name, self.n),
+                E.fmt("    raise ValueError('an elementwise group differs from its static shape')")]
 
     def _result_buffer(self, i, spec):
         """The loop's buffer (buffers.py) numpy's loop of node i writes, when i is the group's root and that
@@ -194,16 +196,16 @@ class _Group:
         return self.gen.buffers.get(i, t) if root else None
 
     def _phase(self, ind):
-        return {"ind": ind, "j": self.gen.fresh("j"), "lines": [], "bufs": []}
+        return {"ind": ind, "j": self.gen.fresh("j"), "lines": E.Lines(), "bufs": []}
 
     def _finish(self, ph, stores, pre=()):
         """Close phase ph: `pre` statements, then its loop storing each (array, element expression) of
         `stores` (no loop if there is nothing to store)."""
         ind, j = ph["ind"], ph["j"]
-        block = [ind + x for x in pre]
+        block = [E.fmt("{}{}", ind, x) for x in pre]
         if stores:
-            block += [f"{ind}for {j} in range({self.n}):"] + ph["lines"]
-            block += [f"{ind}    {arr}[{j}] = {x}" for arr, x in stores]
+            block += [E.fmt("{}for {} in range({}):", ind, j, self.n)] + ph["lines"]
+            block += [E.fmt("{}    {}[{}] = {}", ind, arr, j, x) for arr, x in stores]
         self.phases.append(block)
 
     def _elem(self, i, ph):
@@ -215,8 +217,8 @@ class _Group:
         out = _scalar(g._type(i, 0, "output"))
         spec = self.f.spec(i)
         from dfc.runtime.compiled.codegen import Emit
-        v = f"{self.tag}e{i}"
-        inner = ph["ind"] + "    "
+        v = E.fmt("{}e{}", self.tag, E.lit(i))
+        inner = E.deeper(ph["ind"])
         if spec == NATIVE:
             args = [self._input(sp, ph)[0] for sp in p.ins[i]]
             saved, g.lines = g.lines, ph["lines"]
@@ -224,12 +226,12 @@ class _Group:
                 expr = LOWERINGS[node.op](Emit(g, node, args, ins, [out], inner))[0]
             finally:
                 g.lines = saved
-            ph["lines"].append(f"{inner}{v} = {expr}")
+            ph["lines"].w(inner, "{} = {}", v, expr)
             return v, "expr", None
         # numpy's loop over whole arrays: its inputs computed by a loop of their own first
         sub = self._phase(ph["ind"])
         args = [self._input(sp, sub) for sp in p.ins[i]]
-        k = Emit(g, node, [], ins, [out], inner).loop(spec.ufunc, spec.dtypes)
+        k = E.lit(Emit(g, node, [], ins, [out], inner).loop(spec.ufunc, spec.dtypes))
         whole = {x: arr for x, kind, arr in args if kind in ("leaf", "buf")}
         bufs = {arr for _, kind, arr in args if kind == "buf"}      # single-use buffers of loops below
         varying = [x for x, kind, _ in args if kind != "scalar"]
@@ -241,9 +243,9 @@ class _Group:
                     dst = arr
             elif not any(y in x for y in varying):      # one value: one element, stride 0
                 arr = g.fresh("c")
-                pre.append(f"{arr} = np.full(1, {x})")
+                pre.append(E.fmt("{} = np.full(1, {})", arr, x))
                 ptrs.append(arr)
-                steps.append("0")
+                steps.append(E.lit(0))
                 continue
             else:                                       # an element expression: into a buffer of its own
                 arr = g.fresh("b")
@@ -253,7 +255,7 @@ class _Group:
                 if in_place:
                     dst = arr                           # numpy's loop runs in place on it
             ptrs.append(arr)
-            steps.append(f"{arr}.itemsize")
+            steps.append(E.fmt("{}.itemsize", arr))
         if dst is None:
             dst = g.fresh("b")
             pre += self._array(dst, spec.dtypes[-1], self._result_buffer(i, spec))
@@ -261,14 +263,15 @@ class _Group:
         # the arrays' addresses (P.address: not .ctypes.data, whose object costs two atomic reference counts
         # per array), each array named again after the call (H.keep) so numba frees none of them before it
         arrays = list(dict.fromkeys(ptrs + [dst]))
-        self.phases.append([f"{ph['ind']}P.run(LP, {k}, ({self.n},), ({''.join(f'P.address({x}), ' for x in ptrs)}"
-                            f"P.address({dst}), ), ({''.join(x + ', ' for x in steps)}{dst}.itemsize, ))",
-                            f"{ph['ind']}{''.join(f'H.keep({x}); ' for x in arrays)}".rstrip("; ")])
-        y = f"{dst}[{ph['j']}]"
+        self.phases.append([
+            E.fmt("{}P.run(LP, {}, ({},), ({}P.address({}), ), ({}{}.itemsize, ))", ph["ind"], k, self.n,
+                  E.items([E.fmt("P.address({})", x) for x in ptrs]), dst, E.items(steps), dst),
+            E.fmt("{}{}", ph["ind"], E.join("; ", [E.fmt("H.keep({})", x) for x in arrays]))])
+        y = E.fmt("{}[{}]", dst, ph["j"])
         ph["bufs"].append((dst, spec.dtypes[-1]))
         if spec.post is None:
             return y, "buf", dst
-        ph["lines"].append(f"{inner}{v} = {spec.post(y)}")
+        ph["lines"].w(inner, "{} = {}", v, spec.post(y))
         return v, "expr", None
 
     def _input(self, sp, ph):
@@ -279,5 +282,5 @@ class _Group:
         ref = self.gen.ref(sp, self.a)
         if ref in self.leaves:
             name = self.leaves[ref][0]
-            return f"{name}[{ph['j']}]", "leaf", name
+            return E.fmt("{}[{}]", name, ph["j"]), "leaf", name
         return ref, "scalar", None

@@ -21,7 +21,8 @@ frames compiled one by one cost what they cost anyway. $DFC_COMPILE_ROOT=0 turns
 """
 import os
 
-from dfc.runtime.compiled.codegen import Analyses, Blocked, FrameSource, module
+from dfc.runtime import emit as E
+from dfc.runtime.compiled.codegen import Analyses, Blocked, FrameSource, head, module
 
 MAX_LINES = 2000
 ENABLED = os.environ.get("DFC_COMPILE_ROOT", "1") not in ("0", "false", "no", "off")
@@ -33,7 +34,7 @@ class RootSource(FrameSource):
 
     def __init__(self, plan, index, types, root):      # noqa: D107 — deliberately not FrameSource.__init__
         self.plan, self.fid, self.types = plan, 0, types
-        self.lines, self.loops, self.consts = [], [], []
+        self.lines, self.loops, self.consts = E.Lines(), [], []
         self.placeholders = {}
         self._n = 0
         self.flagged, self.lift_dummies, self.objmode, self.exits_may_die = set(), {}, False, {}
@@ -49,11 +50,11 @@ class RootSource(FrameSource):
         for (i, _), t in zip(plan.fetches, self.exit_types):
             if t.dtype == "resource":
                 raise Blocked(plan.nodes[i].name, "a resource handle is fetched")
-        params = [f"e{k}" for k in range(len(root.enters))]
-        ind = "    "
+        params = [E.ident("e", k) for k in range(len(root.enters))]
+        ind = E.indent(1)
         fed = dict(zip(root.enters, params))
         for i, e in fed.items():
-            self.w(ind, f"v{i}_0 = {e}")
+            self.w(ind, "{} = {}", E.ident("v", i, 0), e)
         self.fusion.plan_frame(a)
         for it in a.order:
             if not (it[0] == "node" and it[1] in fed):
@@ -62,14 +63,9 @@ class RootSource(FrameSource):
             raise Blocked(None, f"the whole run is {len(self.lines)} lines of compiled code, more than "
                           f"{MAX_LINES}: too long to compile as one function (its loop frames compile one by one)")
         refs = [self.ref(f, a) for f in plan.fetches]
-        deads = [self.dead(f, a) or "False" for f in plan.fetches]
-        head = ["import numpy as np", "import numba", "from numba import njit",
-                "from dfc.runtime.compiled import helpers as H, npcall as P", "",
-                "# the root frame",
-                f"@njit(cache=True, nogil={not self.objmode}, error_model='numpy')",
-                f"def run({''.join(x + ', ' for x in params)}K, LP, R):"]
-        self.source = module(head + self.hoisted() + self.lines +
-                             [f"    return ({''.join(o + ', ' for o in refs + deads)})", ""])
+        deads = [self.dead(f, a) or E.fmt("False") for f in plan.fetches]
+        self.source = module(head(E.fmt("# the root frame"), self.objmode, params) + self.hoisted() + self.lines +
+                             [E.fmt("    return ({})", E.items(refs + deads)), E.fmt("")])
 
     local_resources = True      # the resources the lowerings see are made here (state_lower.py)
 

@@ -3,21 +3,22 @@ import math
 
 import numpy as np
 
+from dfc.runtime import emit as E
 from dfc.runtime.kernels.lowering import Unsupported, lowering, scalar_type as st
 
 
 def literal(v, dtype):
     """Python source for the scalar v of dtype, exact (floats by repr of their float64 value)."""
     if dtype == "bool":
-        return "True" if bool(v) else "False"
+        return E.lit(bool(v))
     if dtype in ("int32", "int64"):
-        return f"{st(dtype)}({int(v)})"
+        return E.fmt("{}({})", st(dtype), E.lit(int(v)))
     f = float(v)
     if math.isnan(f):
-        return f"{st(dtype)}(np.nan)"
+        return E.fmt("{}(np.nan)", st(dtype))
     if math.isinf(f):
-        return f"{st(dtype)}({'-' if f < 0 else ''}np.inf)"
-    return f"{st(dtype)}({f!r})"
+        return E.fmt("{}(-np.inf)" if f < 0 else "{}(np.inf)", st(dtype))
+    return E.fmt("{}({})", st(dtype), E.lit(f))
 
 
 @lowering("Const")
@@ -42,18 +43,18 @@ def _noop(e):
 def _shape(e):
     t = e.ins[0]
     if t.ndim == 0:
-        return ["np.zeros(0, np.int64)"]
-    return [f"np.array({e.args[0]}.shape, np.int64)"]
+        return [E.fmt("np.zeros(0, np.int64)")]
+    return [E.fmt("np.array({}.shape, np.int64)", e.args[0])]
 
 
 @lowering("Size")
 def _size(e):
-    return ["np.int64(1)" if e.ins[0].ndim == 0 else f"np.int64({e.args[0]}.size)"]
+    return [E.fmt("np.int64(1)") if e.ins[0].ndim == 0 else E.fmt("np.int64({}.size)", e.args[0])]
 
 
 @lowering("Rank")
 def _rank(e):
-    return [f"np.int64({e.ins[0].ndim})"]
+    return [E.fmt("np.int64({})", E.lit(e.ins[0].ndim))]
 
 
 def _to_shape(e, check=None):
@@ -69,12 +70,12 @@ def _to_shape(e, check=None):
 @lowering("Reshape")
 def _reshape(e):
     x, s, t, out = _to_shape(e)
-    src = f"np.full(1, {x})" if t.ndim == 0 else x
+    src = E.fmt("np.full(1, {})", x) if t.ndim == 0 else x
     if out.ndim == 0:
-        e.stmt(f"if {s}.size != 0 or {src}.size != 1: raise ValueError('cannot reshape')")
-        return [f"{src}[0]"]
-    e.stmt(f"if {s}.size != {out.ndim}: raise ValueError('cannot reshape')")
-    return [f"H.reshape({src}, {_dims(s, out.ndim)})"]
+        e.stmt("if {}.size != 0 or {}.size != 1: raise ValueError('cannot reshape')", s, src)
+        return [E.fmt("{}[0]", src)]
+    e.stmt("if {}.size != {}: raise ValueError('cannot reshape')", s, E.lit(out.ndim))
+    return [E.fmt("H.reshape({}, {})", src, _dims(s, out.ndim))]
 
 
 @lowering("ExpandDims")
@@ -84,10 +85,10 @@ def _expand(e):
     k = ax if ax >= 0 else t.ndim + 1 + ax
     if not 0 <= k <= t.ndim:
         raise Unsupported("ExpandDims axis out of range")
-    x = f"np.full(1, {e.args[0]})" if t.ndim == 0 else e.args[0]
-    dims = [f"{e.args[0]}.shape[{j}]" for j in range(t.ndim)]
-    dims.insert(k, "1")
-    return [f"H.reshape({x}, ({''.join(d + ', ' for d in dims)}))"]
+    x = E.fmt("np.full(1, {})", e.args[0]) if t.ndim == 0 else e.args[0]
+    dims = [E.fmt("{}.shape[{}]", e.args[0], E.lit(j)) for j in range(t.ndim)]
+    dims.insert(k, E.lit(1))
+    return [E.fmt("H.reshape({}, ({}))", x, E.items(dims))]
 
 
 def _index(e, spec, x, ndim, dyn):
@@ -98,38 +99,46 @@ def _index(e, spec, x, ndim, dyn):
 
     def part(p):
         if p is None:
-            return ""
+            return E.fmt("")
         if isinstance(p, dict):
             if e.ins[dyn + p["t"]].ndim != 0:
                 raise Unsupported("a slice bound that is not one integer")
-            return f"np.int64({e.args[dyn + p['t']]})"
-        return str(p)
+            return E.fmt("np.int64({})", e.args[dyn + p["t"]])
+        if not isinstance(p, (int, np.integer)) or isinstance(p, (bool, np.bool_)):
+            raise Unsupported("an index that is not an integer")
+        return E.lit(p)
     parts = []
     for axis, item in enumerate(spec):
         if item[0] == "int":
-            parts.append(f"H.check_index({part(item[1])}, {x}.shape[{axis}])")
+            parts.append(E.fmt("H.check_index({}, {}.shape[{}])", part(item[1]), x, E.lit(axis)))
         else:
-            parts.append(":".join(part(p) for p in item[1:]))
-    return f"{', '.join(parts)}{',' if len(parts) == 1 else ''}"
+            parts.append(E.join(":", [part(p) for p in item[1:]]))
+    return E.fmt("{},", parts[0]) if len(parts) == 1 else E.join(", ", parts)
 
 
 @lowering("GetItem")
 def _getitem(e):
     """x[i], x[a:b:c] with ints and slice bounds known in the graph or scalar integer tensors."""
     x = e.args[0]
-    r = f"{x}[{_index(e, e.node.attrs['spec'], x, e.ins[0].ndim, 1)}]"
+    r = E.fmt("{}[{}]", x, _index(e, e.node.attrs["spec"], x, e.ins[0].ndim, 1))
     if e.outs[0].ndim == 0:
         return [r]
-    return [f"np.ascontiguousarray({r})"]
+    return [E.fmt("np.ascontiguousarray({})", r)]
 
 
 def _dims(s, ndim):
     """A shape tuple expression of static length ndim from the 1-D int64 tensor expression s."""
-    return "(" + "".join(f"{s}[{j}], " for j in range(ndim)) + ")"
+    return E.fmt("({})", E.items([E.fmt("{}[{}]", s, E.lit(j)) for j in range(ndim)]))
 
 
-def _check_shape(e, s, ndim, what):
-    e.stmt(f"if {s}.size != {ndim}: raise ValueError('{what}: shape of another rank')")
+_RANK_CHECKS = {"GetItemGrad": "if {}.size != {}: raise ValueError('GetItemGrad: shape of another rank')",
+                "Fill": "if {}.size != {}: raise ValueError('Fill: shape of another rank')",
+                "BroadcastTo": "if {}.size != {}: raise ValueError('BroadcastTo: shape of another rank')",
+                "SumToShape": "if {}.size != {}: raise ValueError('SumToShape: shape of another rank')"}
+
+
+def _check_shape(e, s, ndim, op):
+    e.stmt(_RANK_CHECKS[op], s, E.lit(ndim))
 
 
 @lowering("GetItemGrad")
@@ -141,8 +150,8 @@ def _getitem_grad(e):
         raise Unsupported("GetItemGrad of a scalar")
     _check_shape(e, s, out.ndim, "GetItemGrad")
     z = e.tmp()
-    e.stmt(f"{z} = np.zeros({_dims(s, out.ndim)}, {st(out.dtype)})")
-    e.stmt(f"{z}[{_index(e, e.node.attrs['spec'], z, out.ndim, 2)}] = {g}")
+    e.stmt("{} = np.zeros({}, {})", z, _dims(s, out.ndim), st(out.dtype))
+    e.stmt("{}[{}] = {}", z, _index(e, e.node.attrs["spec"], z, out.ndim, 2), g)
     return [z]
 
 
@@ -153,10 +162,10 @@ def _fill(e):
     if e.ins[1].ndim != 0 or e.ins[0].ndim != 1:
         raise Unsupported("Fill with a value that is not a scalar")
     if out.ndim == 0:
-        e.stmt(f"if {s}.size != 0: raise ValueError('Fill: shape of another rank')")
+        e.stmt("if {}.size != 0: raise ValueError('Fill: shape of another rank')", s)
         return [v]
     _check_shape(e, s, out.ndim, "Fill")
-    return [f"np.full({_dims(s, out.ndim)}, {v}, {st(out.dtype)})"]
+    return [E.fmt("np.full({}, {}, {})", _dims(s, out.ndim), v, st(out.dtype))]
 
 
 @lowering("BroadcastTo")
@@ -165,8 +174,8 @@ def _broadcast_to(e):
     if out.ndim == 0:
         return [x]
     if t.ndim == 0:
-        return [f"np.full({_dims(s, out.ndim)}, {x}, {st(out.dtype)})"]
-    return [f"H.broadcast({x}, {_dims(s, out.ndim)})"]
+        return [E.fmt("np.full({}, {}, {})", _dims(s, out.ndim), x, st(out.dtype))]
+    return [E.fmt("H.broadcast({}, {})", x, _dims(s, out.ndim))]
 
 
 @lowering("SumToShape")
@@ -177,12 +186,12 @@ def _sum_to_shape(e):
     if t.ndim == 0:
         return [x]
     d = t.dtype
-    kr = e.loop(np.add, (None, d, None), reduction=True)
-    kb = e.loop(np.add, (d, d, d))
-    r = f"H.sum_to_shape(LP, {kr}, {kb}, {x}, {s}, {st(d)}(0))"
+    kr = E.lit(e.loop(np.add, (None, d, None), reduction=True))
+    kb = E.lit(e.loop(np.add, (d, d, d)))
+    r = E.fmt("H.sum_to_shape(LP, {}, {}, {}, {}, {}(0))", kr, kb, x, s, st(d))
     if out.ndim == 0:
-        return [f"{r}[0]"]
-    return [f"H.reshape({r}, {_dims(s, out.ndim)})"]
+        return [E.fmt("{}[0]", r)]
+    return [E.fmt("H.reshape({}, {})", r, _dims(s, out.ndim))]
 
 
 def _axis_of(e, ndim):
@@ -201,7 +210,7 @@ def _transpose(e):
         raise Unsupported("Transpose with a permutation of another rank")
     if t.ndim < 2:
         return [e.args[0]]
-    return [f"np.ascontiguousarray(np.transpose({e.args[0]}, ({''.join(f'{p}, ' for p in perm)})))"]
+    return [E.fmt("np.ascontiguousarray(np.transpose({}, ({})))", e.args[0], E.items([E.lit(p) for p in perm]))]
 
 
 @lowering("Stack")
@@ -212,12 +221,12 @@ def _stack(e):
     n = len(e.args)
     if t.ndim == 0:
         r = e.tmp()
-        e.stmt(f"{r} = np.empty({n}, {st(out.dtype)})")
+        e.stmt("{} = np.empty({}, {})", r, E.lit(n), st(out.dtype))
         for k, a in enumerate(e.args):
-            e.stmt(f"{r}[{k}] = {a}")
+            e.stmt("{}[{}] = {}", r, E.lit(k), a)
         return [r]
     ax = _axis_of(e, out.ndim)
-    return [f"np.ascontiguousarray(np.stack(({''.join(a + ', ' for a in e.args)}), axis={ax}))"]
+    return [E.fmt("np.ascontiguousarray(np.stack(({}), axis={}))", E.items(e.args), E.lit(ax))]
 
 
 @lowering("Concat")
@@ -226,7 +235,7 @@ def _concat(e):
     if out.ndim == 0 or any((i.dtype, i.ndim) != (out.dtype, out.ndim) for i in e.ins):
         raise Unsupported("Concat of values of different types")
     ax = _axis_of(e, out.ndim)
-    return [f"np.ascontiguousarray(np.concatenate(({''.join(a + ', ' for a in e.args)}), axis={ax}))"]
+    return [E.fmt("np.ascontiguousarray(np.concatenate(({}), axis={}))", E.items(e.args), E.lit(ax))]
 
 
 @lowering("Unstack")
@@ -235,11 +244,12 @@ def _unstack(e):
     if t.ndim == 0:
         raise Unsupported("Unstack of a scalar")
     ax, num = _axis_of(e, t.ndim), e.node.attrs["num"]
-    e.stmt(f"if {x}.shape[{ax}] != {num}: raise ValueError('Unstack: the dimension has another size')")
-    lead = ":, " * ax
+    e.stmt("if {}.shape[{}] != {}: raise ValueError('Unstack: the dimension has another size')", x, E.lit(ax),
+           E.lit(num))
+    lead = E.join("", [E.fmt(":, ")] * ax)
     if t.ndim == 1:
-        return [f"{x}[{k}]" for k in range(num)]
-    return [f"np.ascontiguousarray({x}[{lead}{k}])" for k in range(num)]
+        return [E.fmt("{}[{}]", x, E.lit(k)) for k in range(num)]
+    return [E.fmt("np.ascontiguousarray({}[{}{}])", x, lead, E.lit(k)) for k in range(num)]
 
 
 @lowering("Split")
@@ -249,10 +259,12 @@ def _split(e):
         raise Unsupported("Split of a scalar")
     ax, num = _axis_of(e, t.ndim), e.node.attrs["num"]
     n = e.tmp()
-    e.stmt(f"if {x}.shape[{ax}] % {num}: raise ValueError('Split: the dimension does not split evenly')")
-    e.stmt(f"{n} = {x}.shape[{ax}] // {num}")
-    lead = ":, " * ax
-    return [f"np.ascontiguousarray({x}[{lead}{j} * {n}:{j + 1} * {n}])" for j in range(num)]
+    ax_, num_ = E.lit(ax), E.lit(num)
+    e.stmt("if {}.shape[{}] % {}: raise ValueError('Split: the dimension does not split evenly')", x, ax_, num_)
+    e.stmt("{} = {}.shape[{}] // {}", n, x, ax_, num_)
+    lead = E.join("", [E.fmt(":, ")] * ax)
+    return [E.fmt("np.ascontiguousarray({}[{}{} * {}:{} * {}])", x, lead, E.lit(j), n, E.lit(j + 1), n)
+            for j in range(num)]
 
 
 @lowering("Squeeze")
@@ -263,12 +275,12 @@ def _squeeze(e):
         raise Unsupported("Squeeze without axes (which dimensions go depends on run-time sizes)")
     axes = sorted({a % t.ndim for a in (ax if isinstance(ax, list) else [ax])})
     x = e.args[0]
-    e.stmt(f"if {' or '.join(f'{x}.shape[{a}] != 1' for a in axes)}: "
-           f"raise ValueError('cannot squeeze an axis whose size is not 1')")
-    keep = [f"{x}.shape[{j}]" for j in range(t.ndim) if j not in axes]
+    e.stmt("if {}: raise ValueError('cannot squeeze an axis whose size is not 1')",
+           E.join(" or ", [E.fmt("{}.shape[{}] != 1", x, E.lit(a)) for a in axes]))
+    keep = [E.fmt("{}.shape[{}]", x, E.lit(j)) for j in range(t.ndim) if j not in axes]
     if not keep:
-        return [f"H.reshape({x}, {x}.size)[0]"]
-    return [f"H.reshape({x}, ({''.join(k + ', ' for k in keep)}))"]
+        return [E.fmt("H.reshape({}, {}.size)[0]", x, x)]
+    return [E.fmt("H.reshape({}, ({}))", x, E.items(keep))]
 
 
 @lowering("RandomUniform", "RandomNormal")
@@ -285,13 +297,13 @@ def _random(e):
 @lowering("OneHot")
 def _one_hot(e):
     at, t, out = e.node.attrs, e.ins[0], e.outs[0]
-    depth = int(at["depth"])
+    depth = E.lit(int(at["depth"]))
     on, off = (literal(np.float64(at.get(k, d)).astype(out.dtype), out.dtype) for k, d in (("on", 1.0), ("off", 0.0)))
     x, flat, r, k = e.args[0], e.tmp(), e.tmp(), e.tmp()
-    e.stmt(f"{flat} = np.array([{x}])" if t.ndim == 0 else f"{flat} = {x}.ravel()")
-    e.stmt(f"{r} = np.full({flat}.size * {depth}, {off})")
-    e.stmt(f"for {k} in range({flat}.size):")
-    e.stmt(f"    if 0 <= {flat}[{k}] < {depth}:")
-    e.stmt(f"        {r}[{k} * {depth} + {flat}[{k}]] = {on}")
-    dims = "".join(f"{x}.shape[{d}], " for d in range(t.ndim))
-    return [f"H.reshape({r}, ({dims}{depth}, ))"]
+    e.stmt("{} = np.array([{}])" if t.ndim == 0 else "{} = {}.ravel()", flat, x)
+    e.stmt("{} = np.full({}.size * {}, {})", r, flat, depth, off)
+    e.stmt("for {} in range({}.size):", k, flat)
+    e.stmt("    if 0 <= {}[{}] < {}:", flat, k, depth)
+    e.stmt("        {}[{} * {} + {}[{}]] = {}", r, k, depth, flat, k, on)
+    dims = E.items([E.fmt("{}.shape[{}]", x, E.lit(d)) for d in range(t.ndim)])
+    return [E.fmt("H.reshape({}, ({}{}, ))", r, dims, depth)]

@@ -3,10 +3,13 @@
 A lowering sits next to its op's kernel (math_lower.py beside math_kernels.py, ...) and is registered like
 a kernel: `@lowering("Add", "Sub")` on `fn(e) -> list of output expressions`. `e` (compiled.codegen.Emit)
 gives the node, its input expressions `e.args` and static types `e.ins` / `e.outs` (`.dtype`, `.ndim`),
-and emits numba-compatible statements. A rank-0 tensor is a numpy scalar of its dtype in compiled code,
-any other a C-contiguous array; every result must have exactly the dtype and rank of the op's kernel
-result (numba promotes scalars differently from numpy, so lowerings cast explicitly) and exactly its bits
-(where numba's own math differs, `e.loop` calls numpy's inner loop: dfc/runtime/compiled/npcall.py;
+and emits numba-compatible statements (`e.stmt(template, *parts)`). Expressions and statements are
+emit.Code (dfc/runtime/emit.py): constant templates filled with the emitter's identifiers, literals of
+validated numbers and dtype names, never text from the graph; an op -> template table is a module-level
+dict of string constants (tests/runtime/test_codegen_sources.py reads the lowerings and checks both).
+A rank-0 tensor is a numpy scalar of its dtype in compiled code, any other a C-contiguous array; every
+result must have exactly the dtype and rank of the op's kernel result (numba promotes scalars differently
+from numpy, so lowerings cast explicitly) and exactly its bits (where numba's own math differs, `e.loop` calls numpy's inner loop: dfc/runtime/compiled/npcall.py;
 where nothing in numba can give the kernel's results, `e.kernel_call` calls the kernel itself in numba's
 object mode, e.g. random draws).
 Elementwise ops also say how one element is computed inside a fused elementwise loop
@@ -17,6 +20,8 @@ A lowering that cannot handle a node (its attrs or input types) raises Unsupport
 lowering, or a node whose lowering refuses, keeps its frame on the fused Python path, and
 `Session.compiled_frames()` / `dfc show --fused` say which node blocked compilation.
 """
+from dfc.runtime import emit as E
+
 LOWERINGS = {}
 
 
@@ -34,5 +39,5 @@ def lowering(*names):
 
 
 def scalar_type(dtype):
-    """The numba-visible constructor of a dtype's scalars in generated code."""
-    return "np.bool_" if dtype == "bool" else f"np.{dtype}"
+    """The numba-visible constructor of a dtype's scalars in generated code (np.float32, np.bool_, ...)."""
+    return E.fmt("np.bool_") if dtype == "bool" else E.fmt("np.{}", E.dtype(dtype))

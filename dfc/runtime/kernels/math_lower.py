@@ -11,11 +11,13 @@ import functools
 
 import numpy as np
 
+from dfc.runtime import emit as E
 from dfc.runtime.kernels.lowering import Unsupported, lowering, scalar_type as st
 
-_NATIVE_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Less": "<", "LessEqual": "<=",
-                  "Greater": ">", "GreaterEqual": ">=", "Equal": "==", "NotEqual": "!=",
-                  "LogicalAnd": "&", "LogicalOr": "|"}
+# op -> the template of its expression (emit.fmt: a, b)
+_NATIVE_BINARY = {"Add": "{} + {}", "Sub": "{} - {}", "Mul": "{} * {}", "Div": "{} / {}", "Less": "{} < {}",
+                  "LessEqual": "{} <= {}", "Greater": "{} > {}", "GreaterEqual": "{} >= {}", "Equal": "{} == {}",
+                  "NotEqual": "{} != {}", "LogicalAnd": "{} & {}", "LogicalOr": "{} | {}"}
 _LOOP_BINARY = {"Pow": np.power, "FloorDiv": np.floor_divide, "Mod": np.remainder, "Maximum": np.maximum,
                 "Minimum": np.minimum}
 _LOOP_UNARY = {"Exp": np.exp, "Log": np.log, "Log1p": np.log1p, "Sin": np.sin, "Cos": np.cos, "Tanh": np.tanh,
@@ -24,7 +26,7 @@ _LOOP_UNARY = {"Exp": np.exp, "Log": np.log, "Log1p": np.log1p, "Sin": np.sin, "
 
 def _arr(e, k):
     """Input k as an array expression (a scalar becomes a 1-element array)."""
-    return e.args[k] if e.ins[k].ndim else f"np.full(1, {e.args[k]})"
+    return e.args[k] if e.ins[k].ndim else E.fmt("np.full(1, {})", e.args[k])
 
 
 def _proto(e, dtype):
@@ -41,22 +43,23 @@ _INTS = ("int32", "int64")
 
 
 def wrapping(op, dtype, a, b):
-    """a op b (op "+", "-" or "*") of signed integer scalars of dtype, wrapped as numpy wraps it."""
-    return f"{st(dtype)}(np.uint64({a}) {op} np.uint64({b}))"
+    """a op b (op "Add", "Sub" or "Mul") of signed integer scalars of dtype, wrapped as numpy wraps it."""
+    return E.fmt("{}({})", st(dtype), E.fmt(_NATIVE_BINARY[op], E.fmt("np.uint64({})", a), E.fmt("np.uint64({})", b)))
 
 
 @lowering(*_NATIVE_BINARY)
 def _native_binary(e):
     a, b = e.args
-    op = _NATIVE_BINARY[e.node.op]
+    op = e.node.op
     out = e.outs[0]
-    if e.node.op in _WRAPPING and out.dtype in _INTS:
+    if op in _WRAPPING and out.dtype in _INTS:
         if out.ndim == 0:
             return [wrapping(op, out.dtype, a, b)]
-        return [loop_binary(e, _WRAPPING[e.node.op], a, b)]
-    if out.ndim == 0:       # numba widens int32 arithmetic (and may widen float32): cast back
-        return [f"({a} {op} {b})" if out.dtype in ("bool", "int64", "float64") else f"{st(out.dtype)}({a} {op} {b})"]
-    return [f"({a} {op} {b})"]
+        return [loop_binary(e, _WRAPPING[op], a, b)]
+    expr = E.fmt(_NATIVE_BINARY[op], a, b)
+    if out.ndim == 0 and out.dtype not in ("bool", "int64", "float64"):
+        return [E.fmt("{}({})", st(out.dtype), expr)]   # numba widens int32 arithmetic (and may widen float32)
+    return [E.fmt("({})", expr)]
 
 
 def _minmax_probe():
@@ -93,27 +96,36 @@ def minmax_native():
     return _minmax_probe()
 
 
-_MINMAX = {"Maximum": ">", "Minimum": "<"}
+# op -> (template for floats, for ints) of numpy's maximum / minimum of scalars {0}, {1} (emit.subst)
+_MINMAX = {"Maximum": ("({0} if ({0} > {1} or {0} != {0}) else {1})", "({0} if {0} > {1} else {1})"),
+           "Minimum": ("({0} if ({0} < {1} or {0} != {0}) else {1})", "({0} if {0} < {1} else {1})")}
 _MINMAX_DTYPES = ("float32", "float64", "int32", "int64")
 
 
 def minmax_expr(op, dtype, a, b):
-    """numpy's maximum (op ">") or minimum ("<") of scalars a, b (names) of dtype, as compiled comparisons."""
-    if dtype in ("float32", "float64"):
-        return f"({a} if ({a} {op} {b} or {a} != {a}) else {b})"
-    return f"({a} if {a} {op} {b} else {b})"
+    """numpy's maximum (op "Maximum") or minimum ("Minimum") of scalars a, b (names) of dtype, as compiled
+    comparisons."""
+    return E.subst(_MINMAX[op][0 if dtype in ("float32", "float64") else 1], a, b)
 
 
 def loop_binary(e, ufunc, a, b):
     """numpy's loop of `ufunc` on inputs a, b (expressions of the node's input types) -> output expression."""
     out = e.outs[0]
     d = e.ins[0].dtype
-    k = e.loop(ufunc, (d, d, out.dtype))
+    k = E.lit(e.loop(ufunc, (d, d, out.dtype)))
     if out.ndim == 0 and out.dtype == d:
-        return f"H.binary_s(LP, {k}, {a}, {b})"
-    call = f"H.binary(LP, {k}, {a if e.ins[0].ndim else f'np.full(1, {a})'}, " \
-           f"{b if e.ins[1].ndim else f'np.full(1, {b})'}, {_proto(e, out.dtype)})"
-    return f"{call}[0]" if out.ndim == 0 else call
+        return E.fmt("H.binary_s(LP, {}, {}, {})", k, a, b)
+    call = E.fmt("H.binary(LP, {}, {}, {}, {})", k, a if e.ins[0].ndim else E.fmt("np.full(1, {})", a),
+                 b if e.ins[1].ndim else E.fmt("np.full(1, {})", b), _proto(e, out.dtype))
+    return E.fmt("{}[0]", call) if out.ndim == 0 else call
+
+
+# op -> (scalar, array) checks of integer division by zero, and its function of int64 scalars
+_BY_ZERO = {"FloorDiv": ("if {} == 0: raise ZeroDivisionError('integer division by zero')",
+                         "if np.any(np.asarray({}) == 0): raise ZeroDivisionError('integer division by zero')"),
+            "Mod": ("if {} == 0: raise ZeroDivisionError('integer modulo by zero')",
+                    "if np.any(np.asarray({}) == 0): raise ZeroDivisionError('integer modulo by zero')")}
+_INT_DIV = {"FloorDiv": "H.int_floordiv({}, {})", "Mod": "H.int_mod({}, {})"}
 
 
 @lowering(*_LOOP_BINARY)
@@ -121,25 +133,25 @@ def _loop_binary(e):
     op, d = e.node.op, e.ins[0].dtype
     a, b = e.args
     if d in ("int32", "int64") and op in ("FloorDiv", "Mod"):
-        what = "division" if op == "FloorDiv" else "modulo"
         if e.outs[0].ndim == 0:
-            e.stmt(f"if {b} == 0: raise ZeroDivisionError('integer {what} by zero')")
-            fn = "H.int_floordiv" if op == "FloorDiv" else "H.int_mod"
-            return [f"{fn}({a}, {b})" if d == "int64" else f"{st(d)}({fn}(np.int64({a}), np.int64({b})))"]
-        e.stmt(f"if np.any(np.asarray({b}) == 0): raise ZeroDivisionError('integer {what} by zero')")
+            e.stmt(_BY_ZERO[op][0], b)
+            if d == "int64":
+                return [E.fmt(_INT_DIV[op], a, b)]
+            return [E.fmt("{}({})", st(d), E.fmt(_INT_DIV[op], E.fmt("np.int64({})", a), E.fmt("np.int64({})", b)))]
+        e.stmt(_BY_ZERO[op][1], b)
     if d in ("int32", "int64") and op == "Pow":
-        e.stmt(f"if np.any(np.asarray({b}) < 0): raise ValueError('integers to negative integer powers')"
-               if e.ins[1].ndim else f"if {b} < 0: raise ValueError('integers to negative integer powers')")
+        e.stmt("if np.any(np.asarray({}) < 0): raise ValueError('integers to negative integer powers')"
+               if e.ins[1].ndim else "if {} < 0: raise ValueError('integers to negative integer powers')", b)
     if op in _MINMAX and minmax_native() and e.outs[0].ndim == 0 and d in _MINMAX_DTYPES:
-        return [minmax_expr(_MINMAX[op], d, a, b)]
+        return [minmax_expr(op, d, a, b)]
     return [loop_binary(e, _LOOP_BINARY[op], a, b)]
 
 
 def loop_unary(e, ufunc, x, ndim, dtype):
-    k = e.loop(ufunc, (dtype, dtype))
+    k = E.lit(e.loop(ufunc, (dtype, dtype)))
     if ndim == 0:
-        return f"H.unary_s(LP, {k}, {x})"
-    return f"H.unary(LP, {k}, {x}, {_proto(e, dtype)})"
+        return E.fmt("H.unary_s(LP, {}, {})", k, x)
+    return E.fmt("H.unary(LP, {}, {}, {})", k, x, _proto(e, dtype))
 
 
 @lowering(*_LOOP_UNARY)
@@ -148,6 +160,11 @@ def _loop_unary(e):
 
 
 _WRAPPING_UNARY = {"Neg": np.negative, "Abs": np.absolute, "Square": np.square}
+# op -> the template of its expression (emit.subst: {0} the operand, {1} one of its dtype)
+_WRAPPED_SCALAR = {"Neg": "H.wrap_neg({0})", "Abs": "H.wrap_abs({0})", "Square": "np.uint64({0}) * np.uint64({0})"}
+_UNARY = {"Neg": "-{0}", "Abs": "np.abs({0})", "Square": "{0} * {0}", "Sqrt": "np.sqrt({0})", "Floor": "np.floor({0})",
+          "Ceil": "np.ceil({0})", "IsFinite": "np.isfinite({0})", "Reciprocal": "{1} / {0}",
+          "Rsqrt": "{1} / np.sqrt({0})", "LogicalNot": "np.logical_not({0})", "Sign": "np.sign({0})"}
 
 
 @lowering("Neg", "Abs", "Square", "Sqrt", "Floor", "Ceil", "IsFinite", "Reciprocal", "Rsqrt", "LogicalNot",
@@ -160,26 +177,24 @@ def _native_unary(e):
     if op in _WRAPPING_UNARY and t.dtype in _INTS:
         if t.ndim:
             return [loop_unary(e, _WRAPPING_UNARY[op], x, t.ndim, t.dtype)]
-        expr = {"Neg": f"H.wrap_neg({x})", "Abs": f"H.wrap_abs({x})",
-                "Square": f"np.uint64({x}) * np.uint64({x})"}[op]
-        return [f"{st(t.dtype)}({expr})"]
-    one = f"{st(t.dtype)}(1)"
-    expr = {"Neg": f"-{x}", "Abs": f"np.abs({x})", "Square": f"{x} * {x}", "Sqrt": f"np.sqrt({x})",
-            "Floor": f"np.floor({x})", "Ceil": f"np.ceil({x})", "IsFinite": f"np.isfinite({x})",
-            "Reciprocal": f"{one} / {x}", "Rsqrt": f"{one} / np.sqrt({x})", "LogicalNot": f"np.logical_not({x})",
-            "Sign": f"np.sign({x})"}[op]
-    return [f"{st(out.dtype)}({expr})" if out.ndim == 0 else f"({expr})"]
+        return [E.fmt("{}({})", st(t.dtype), E.subst(_WRAPPED_SCALAR[op], x))]
+    expr = E.subst(_UNARY[op], x, E.fmt("{}(1)", st(t.dtype)))
+    return [E.fmt("{}({})", st(out.dtype), expr) if out.ndim == 0 else E.fmt("({})", expr)]
 
 
 @lowering("Sigmoid")
 def _sigmoid(e):
     # the kernel: h + h * tanh(h * x), h = 0.5 in x's dtype (the same operations for scalars and arrays)
     x, t = e.args[0], e.ins[0]
-    h = f"{st(t.dtype)}(0.5)"
+    s = st(t.dtype)
+    h = E.fmt("{}(0.5)", s)
     u = e.tmp()
-    e.stmt(f"{u} = {st(t.dtype)}({h} * {x})" if t.ndim == 0 else f"{u} = {x} * {h}")
+    if t.ndim == 0:
+        e.stmt("{} = {}({} * {})", u, s, h, x)
+    else:
+        e.stmt("{} = {} * {}", u, x, h)
     th = loop_unary(e, np.tanh, u, t.ndim, t.dtype)
-    return [f"{st(t.dtype)}({h} + {h} * {th})" if t.ndim == 0 else f"({th} * {h} + {h})"]
+    return [E.fmt("{}({} + {} * {})", s, h, h, th) if t.ndim == 0 else E.fmt("({} * {} + {})", th, h, h)]
 
 
 class Loop:
@@ -221,11 +236,12 @@ def elementwise(op, ins, out):
     if op in _LOOP_UNARY or op == "Sign":
         return Loop(np.sign if op == "Sign" else _LOOP_UNARY[op], (d, d))
     if op == "Sigmoid":     # the kernel: t = x * h; tanh(t); t *= h; t += h (h = 0.5 in x's dtype)
-        h = f"{st(d)}(0.5)"
-        return Loop(np.tanh, (d, d), lambda xs: [f"{st(d)}({xs[0]} * {h})"],
-                    lambda y: f"{st(d)}({st(d)}({y} * {h}) + {h})")
+        s = st(d)
+        h = E.fmt("{}(0.5)", s)
+        return Loop(np.tanh, (d, d), lambda xs: [E.fmt("{}({} * {})", s, xs[0], h)],
+                    lambda y: E.fmt("{}({}({} * {}) + {})", s, s, y, h, h))
     if op == "Relu":        # the kernel: maximum(x, 0)
-        return Loop(np.maximum, (d, d, d), lambda xs: [xs[0], f"{st(d)}(0)"])
+        return Loop(np.maximum, (d, d, d), lambda xs: [xs[0], E.fmt("{}(0)", st(d))])
     return None
 
 
@@ -234,11 +250,11 @@ def _relu(e):
     t = e.ins[0]
     if t.ndim == 0 and minmax_native() and t.dtype in _MINMAX_DTYPES:
         z = e.tmp()
-        e.stmt(f"{z} = {st(t.dtype)}(0)")
-        return [minmax_expr(">", t.dtype, e.args[0], z)]
-    k = e.loop(np.maximum, (t.dtype, t.dtype, t.dtype))
-    call = f"H.binary(LP, {k}, {_arr(e, 0)}, np.zeros(1, {st(t.dtype)}), {_proto(e, t.dtype)})"
-    return [f"{call}[0]" if t.ndim == 0 else call]
+        e.stmt("{} = {}(0)", z, st(t.dtype))
+        return [minmax_expr("Maximum", t.dtype, e.args[0], z)]
+    k = E.lit(e.loop(np.maximum, (t.dtype, t.dtype, t.dtype)))
+    call = E.fmt("H.binary(LP, {}, {}, np.zeros(1, {}), {})", k, _arr(e, 0), st(t.dtype), _proto(e, t.dtype))
+    return [E.fmt("{}[0]", call) if t.ndim == 0 else call]
 
 
 @lowering("Where")
@@ -246,8 +262,8 @@ def _where(e):
     c, a, b = e.args
     out = e.outs[0]
     if out.ndim == 0:
-        return [f"({a} if {c} else {b})"]
-    return [f"np.where({_arr(e, 0)}, {_arr(e, 1)}, {_arr(e, 2)})"]
+        return [E.fmt("({} if {} else {})", a, c, b)]
+    return [E.fmt("np.where({}, {}, {})", _arr(e, 0), _arr(e, 1), _arr(e, 2))]
 
 
 @lowering("ZerosLike", "OnesLike")
@@ -255,8 +271,8 @@ def _like(e):
     t = e.ins[0]
     v = 0 if e.node.op == "ZerosLike" else 1
     if t.ndim == 0:
-        return [f"{st(t.dtype)}({v})"]
-    return [f"np.{'zeros' if v == 0 else 'ones'}({e.args[0]}.shape, {st(t.dtype)})"]
+        return [E.fmt("{}({})", st(t.dtype), E.lit(v))]
+    return [E.fmt("np.zeros({}.shape, {})" if v == 0 else "np.ones({}.shape, {})", e.args[0], st(t.dtype))]
 
 
 _INT_RANGE = {"int32": (-2.0 ** 31, 2.0 ** 31), "int64": (-2.0 ** 63, 2.0 ** 63)}
@@ -269,17 +285,17 @@ def _cast(e):
     if src == dst:
         return [x]
     if dst == "bool":
-        expr = f"({x} != 0)"
-        return [expr if t.ndim else f"np.bool_({expr})"]
+        expr = E.fmt("({} != 0)", x)
+        return [expr if t.ndim else E.fmt("np.bool_({})", expr)]
     if src in ("float32", "float64") and dst in _INT_RANGE:
         lo, hi = _INT_RANGE[dst]
-        bad = f"np.int64({-(2 ** 31) if dst == 'int32' else -(2 ** 63)})"
+        bad = E.fmt("np.int64({})", E.lit(-(2 ** 31) if dst == "int32" else -(2 ** 63)))
         if t.ndim:
             raise Unsupported("array casts from float to int are not lowered (numpy's out-of-range values)")
-        return [f"{st(dst)}(H.float_to_int({x}, {lo!r}, {hi!r}, {bad}))"]
+        return [E.fmt("{}(H.float_to_int({}, {}, {}, {}))", st(dst), x, E.lit(lo), E.lit(hi), bad)]
     if t.ndim == 0:
-        return [f"{st(dst)}({x})"]
-    return [f"{x}.astype({st(dst)})"]
+        return [E.fmt("{}({})", st(dst), x)]
+    return [E.fmt("{}.astype({})", x, st(dst))]
 
 
 def _axis(e):
@@ -304,47 +320,48 @@ def _reduce(e):
     ufunc = {"Sum": np.add, "Mean": np.add, "Prod": np.multiply, "Max": np.maximum, "Min": np.minimum,
              "All": np.logical_and, "Any": np.logical_or}[op]
     d = t.dtype
-    kr = e.loop(ufunc, (None, d, None), reduction=True)
-    kb = e.loop(ufunc, (d, d, d))
-    first = op in ("Max", "Min")
-    ident = {"Sum": 0, "Mean": 0, "Prod": 1, "All": True, "Any": False}.get(op, 0)
+    kr = E.lit(e.loop(ufunc, (None, d, None), reduction=True))
+    kb = E.lit(e.loop(ufunc, (d, d, d)))
+    first = E.lit(op in ("Max", "Min"))
+    ident = E.fmt("{}({})", st(d), E.lit({"Sum": 0, "Mean": 0, "Prod": 1, "All": True, "Any": False}.get(op, 0)))
     x = e.tmp()
-    e.stmt(f"{x} = {_arr(e, 0)}")
+    e.stmt("{} = {}", x, _arr(e, 0))
     axis, keep = _axis(e)
     nd = max(t.ndim, 1)
+    one = E.lit(1)
     if axis is None or t.ndim == 0:
-        pre, n, post = "1", f"{x}.size", "1"
-        shape = "(" + "1, " * t.ndim + ")" if keep else None
-        count = f"{x}.size"
+        pre, n, post = one, E.fmt("{}.size", x), one
+        shape = E.fmt("({})", E.items([one] * t.ndim)) if keep else None
+        count = E.fmt("{}.size", x)
     else:
         ax = axis % nd
-        dims = [f"{x}.shape[{j}]" for j in range(nd)]
-        pre = " * ".join(["1"] + dims[:ax])
+        dims = [E.fmt("{}.shape[{}]", x, E.lit(j)) for j in range(nd)]
+        pre = E.join(" * ", [one] + dims[:ax])
         n = dims[ax]
-        post = " * ".join(["1"] + dims[ax + 1:])
-        kept = [("1" if j == ax else dims[j]) for j in range(nd)] if keep else dims[:ax] + dims[ax + 1:]
-        shape = "(" + "".join(f"{s}, " for s in kept) + ")" if kept else None
+        post = E.join(" * ", [one] + dims[ax + 1:])
+        kept = [(one if j == ax else dims[j]) for j in range(nd)] if keep else dims[:ax] + dims[ax + 1:]
+        shape = E.fmt("({})", E.items(kept)) if kept else None
         count = n
     r = e.tmp()
-    if out.ndim == 0 and first and minmax_native() and d in _MINMAX_DTYPES:
+    if out.ndim == 0 and op in ("Max", "Min") and minmax_native() and d in _MINMAX_DTYPES:
         # compared in compiled code; numpy's loop gives a NaN result its bits (which NaN it keeps)
-        e.stmt(f"{r} = H.extreme_all(LP, {kr}, {x if max(t.ndim, 1) == 1 else f'H.reshape({x}, {x}.size)'}, "
-               f"{op == 'Max'})")
+        e.stmt("{} = H.extreme_all(LP, {}, {}, {})", r, kr, x if max(t.ndim, 1) == 1 else
+               E.fmt("H.reshape({}, {}.size)", x, x), E.lit(op == "Max"))
         return [r]
     if out.ndim == 0 and op != "Mean":      # one value: reduced into a scalar, nothing allocated
-        e.stmt(f"{r} = P.reduce_all(LP, {kr}, {x}, {first}, {st(d)}({ident}))")
+        e.stmt("{} = P.reduce_all(LP, {}, {}, {}, {})", r, kr, x, first, ident)
         return [r]
-    e.stmt(f"{r} = H.reduce3(LP, {kr}, {kb}, {x}, {pre}, {n}, {post}, {first}, {st(d)}({ident}))")
+    e.stmt("{} = H.reduce3(LP, {}, {}, {}, {}, {}, {}, {}, {})", r, kr, kb, x, pre, n, post, first, ident)
     if op == "Mean":
         if d not in ("float32", "float64"):
             raise Unsupported("Mean of integers is not lowered")
         # numpy: the sum divided by np.intp(count) -> computed in float64, cast back
-        e.stmt(f"{r} = ({r}.astype(np.float64) / np.float64({count})).astype({st(d)})")
+        e.stmt("{} = ({}.astype(np.float64) / np.float64({})).astype({})", r, r, count, st(d))
     if out.ndim == 0:
-        return [f"{r}[0]"]
+        return [E.fmt("{}[0]", r)]
     if shape is None:
         raise Unsupported("reduction output shape")
-    return [f"H.reshape({r}, {shape})"]
+    return [E.fmt("H.reshape({}, {})", r, shape)]
 
 
 @lowering("MatMul")
@@ -353,20 +370,22 @@ def _matmul(e):
     ta, tb = e.node.attrs.get("transpose_a", False), e.node.attrs.get("transpose_b", False)
     if a.ndim not in (1, 2) or b.ndim not in (1, 2) or ((ta or tb) and (a.ndim, b.ndim) != (2, 2)):
         raise Unsupported("MatMul other than 2-D @ 2-D (transposed or not), 2-D @ 1-D, 1-D @ 2-D or 1-D @ 1-D")
-    k = e.loop(np.matmul, (a.dtype, a.dtype, a.dtype))
+    k = E.lit(e.loop(np.matmul, (a.dtype, a.dtype, a.dtype)))
     x, y = e.args
-    flat = f"P.matmul(LP, {k}, {x}, {y}, {bool(ta)}, {bool(tb)})"
+    flags = E.fmt("{}, {}", E.lit(bool(ta)), E.lit(bool(tb)))
+    flat = E.fmt("P.matmul(LP, {}, {}, {}, {})", k, x, y, flags)
     buf = e.buffer(shaped=True) if e.outs[0].ndim else None
     if buf is not None:         # into a loop's buffer of the result's shape (dfc/runtime/compiled/buffers.py)
         if not buf.isidentifier():
             out = e.tmp()
-            e.stmt(f"{out} = {buf}")
+            e.stmt("{} = {}", out, buf)
             buf = out
-        e.stmt(f"P.matmul_into(LP, {k}, {x}, {y}, {bool(ta)}, {bool(tb)}, {buf})")
+        e.stmt("P.matmul_into(LP, {}, {}, {}, {}, {})", k, x, y, flags, buf)
         return [buf]
     if (a.ndim, b.ndim) == (2, 2):
-        return [f"H.reshape({flat}, ({x}.shape[{int(bool(ta))}], {y}.shape[{int(not tb)}]))"]
-    return [f"{flat}[0]" if e.outs[0].ndim == 0 else flat]      # (n,) or (m,): flat already
+        return [E.fmt("H.reshape({}, ({}.shape[{}], {}.shape[{}]))", flat, x, E.lit(int(bool(ta))), y,
+                      E.lit(int(not tb)))]
+    return [E.fmt("{}[0]", flat) if e.outs[0].ndim == 0 else flat]      # (n,) or (m,): flat already
 
 
 def step(e, op, args, ins, out, **attrs):
@@ -375,7 +394,7 @@ def step(e, op, args, ins, out, **attrs):
     from dfc.runtime.kernels.lowering import LOWERINGS
     sub = type(e)(e.gen, Node(e.node.name, op, [], attrs), args, ins, [out], e.ind)
     v = e.tmp()
-    e.stmt(f"{v} = {LOWERINGS[op](sub)[0]}")
+    e.stmt("{} = {}", v, LOWERINGS[op](sub)[0])
     return v
 
 

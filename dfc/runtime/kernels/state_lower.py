@@ -14,7 +14,18 @@ before the frame and applies its effects after the compiled code succeeded):
 An Assert checks its condition; a failed one raises, and the run replays fused, where the kernel raises the
 DfcAssertionError with its message and data.
 """
+from dfc.runtime import emit as E
 from dfc.runtime.kernels.lowering import Unsupported, lowering, scalar_type as st
+
+
+def _flow():
+    """The value of a TensorArray op's flow output (state_kernels.FLOW)."""
+    return E.fmt("np.float32(0.0)")
+
+
+def _stack_locals(i):
+    """The array and the count of the scalar stack StackV2 node i makes (locals of the compiled function)."""
+    return E.ident("S", i, tail="_b"), E.ident("S", i, tail="_n")
 
 
 @lowering("StackV2")
@@ -27,10 +38,11 @@ def _stack_new(e):
     if e.gen.scalar_stack(i) is not None:
         # a stack of scalars: an array and a count, locals of the compiled function that its pushes and pops
         # name directly (a typed List costs a C call and ~5 atomic reference counts a push or pop)
-        e.stmt(f"S{i}_b = np.empty(16, {st(t.dtype)})")
-        e.stmt(f"S{i}_n = 0")
-        return ["np.int64(0)"]
-    return [f"H.empty_list({t.default()})"]
+        b, n = _stack_locals(i)
+        e.stmt("{} = np.empty(16, {})", b, st(t.dtype))
+        e.stmt("{} = 0", n)
+        return [E.fmt("np.int64(0)")]
+    return [E.fmt("H.empty_list({})", t.default())]
 
 
 def _scalar_stack(e):
@@ -46,11 +58,12 @@ def _push(e):
         raise Unsupported("StackPush of a resource handle")
     i = _scalar_stack(e)
     if i is not None:
-        e.stmt(f"if S{i}_n == S{i}_b.size: S{i}_b = H.grow(S{i}_b)")
-        e.stmt(f"S{i}_b[S{i}_n] = {e.args[1]}")
-        e.stmt(f"S{i}_n += 1")
+        b, n = _stack_locals(i)
+        e.stmt("if {} == {}.size: {} = H.grow({})", n, b, b, b)
+        e.stmt("{}[{}] = {}", b, n, e.args[1])
+        e.stmt("{} += 1", n)
         return [e.args[1]]
-    e.stmt(f"{e.args[0]}.append({e.args[1]})")
+    e.stmt("{}.append({})", e.args[0], e.args[1])
     return [e.args[1]]
 
 
@@ -61,12 +74,13 @@ def _pop(e):
     i = _scalar_stack(e)
     if i is not None:
         v = e.tmp()
-        e.stmt(f"if S{i}_n == 0: raise IndexError('pop from an empty stack')")
-        e.stmt(f"S{i}_n -= 1")
-        e.stmt(f"{v} = S{i}_b[S{i}_n]")
+        b, n = _stack_locals(i)
+        e.stmt("if {} == 0: raise IndexError('pop from an empty stack')", n)
+        e.stmt("{} -= 1", n)
+        e.stmt("{} = {}[{}]", v, b, n)
         return [v]
-    e.stmt(f"if len({e.args[0]}) == 0: raise IndexError('pop from an empty stack')")
-    return [f"{e.args[0]}.pop()"]
+    e.stmt("if len({}) == 0: raise IndexError('pop from an empty stack')", e.args[0])
+    return [E.fmt("{}.pop()", e.args[0])]
 
 
 @lowering("TensorArray")
@@ -81,9 +95,9 @@ def _ta_new(e):
     if str(at["dtype"]) != t.dtype:
         raise Unsupported("a TensorArray whose values are of another dtype")
     h = e.tmp()
-    proto = t.default() if t.ndim else f"{st(t.dtype)}(0)"
-    e.stmt(f"{h} = H.ta_new({proto}, np.int64({e.args[0]}))")
-    return [h, "np.float32(0.0)"]
+    proto = t.default() if t.ndim else E.fmt("{}(0)", st(t.dtype))
+    e.stmt("{} = H.ta_new({}, np.int64({}))", h, proto, e.args[0])
+    return [h, _flow()]
 
 
 def _local(e):
@@ -95,9 +109,8 @@ def _ta_stack(e):
     if not _local(e):
         raise Unsupported("TensorArrayStack of a TensorArray made outside the compiled code")
     t = e.outs[0]
-    if t.ndim == 1:
-        return [f"H.ta_stack_scalars({e.args[0]}[0], {e.args[0]}[1])"]
-    return [f"H.ta_stack({e.args[0]}[0], {e.args[0]}[1])"]
+    h = e.args[0]
+    return [E.fmt("H.ta_stack_scalars({}[0], {}[1])" if t.ndim == 1 else "H.ta_stack({}[0], {}[1])", h, h)]
 
 
 @lowering("TensorArrayUnstack")
@@ -110,17 +123,17 @@ def _ta_unstack(e):
         if len(es) != t.ndim - 1:
             raise Unsupported("a TensorArray unstacked from a value of another rank than its elements")
         _check_element_shape(e, x, es, 1)
-    k = e.tmp()
-    e.stmt(f"for {k} in range({x}.shape[0]):")
-    e.stmt(f"    H.ta_write({e.args[0]}[0], {e.args[0]}[1], np.int64({k}), {x}[{k}], {dynamic})")
-    return ["np.float32(0.0)"]
+    k, h = e.tmp(), e.args[0]
+    e.stmt("for {} in range({}.shape[0]):", k, x)
+    e.stmt("    H.ta_write({}[0], {}[1], np.int64({}), {}[{}], {})", h, h, k, x, k, E.lit(dynamic))
+    return [_flow()]
 
 
 @lowering("TensorArrayConcat")
 def _ta_concat(e):
     if not _local(e):
         raise Unsupported("TensorArrayConcat of a TensorArray made outside the compiled code")
-    return [f"H.ta_concat({e.args[0]}[0], {e.args[0]}[1])"]
+    return [E.fmt("H.ta_concat({}[0], {}[1])", e.args[0], e.args[0])]
 
 
 @lowering("TensorArrayWrite")
@@ -135,15 +148,15 @@ def _ta_write(e):
             if len(es) != t.ndim:
                 raise Unsupported("a TensorArray written a value of another rank than its elements")
             _check_element_shape(e, v, es, 0)
-        e.stmt(f"H.ta_write({h}[0], {h}[1], np.int64({i}), {v}, {dynamic})")
-        return ["np.float32(0.0)"]
+        e.stmt("H.ta_write({}[0], {}[1], np.int64({}), {}, {})", h, h, i, v, E.lit(dynamic))
+        return [_flow()]
     g = e.gen
     wid = len(g.ta_writers)
-    g.ta_writers.append((e.node.name, tuple(g.frame_chain)))
-    for x in [f"np.int64({wid})", f"np.int64({i})"] + [f"it{f}" for f in g.frame_chain]:
-        e.stmt(f"{h}[0].append({x})")
-    e.stmt(f"{h}[1].append({v})")
-    return ["np.float32(0.0)"]          # the flow (state_kernels.FLOW)
+    g.ta_writers.append((e.node.name, tuple(g.frame_chain)))     # (data for resources.py, not source)
+    for x in [E.fmt("np.int64({})", E.lit(wid)), E.fmt("np.int64({})", i)] + [E.ident("it", f) for f in g.frame_chain]:
+        e.stmt("{}[0].append({})", h, x)
+    e.stmt("{}[1].append({})", h, v)
+    return [_flow()]
 
 
 def _check_element_shape(e, x, es, first):
@@ -151,7 +164,8 @@ def _check_element_shape(e, x, es, first):
     (None: any size)."""
     for k, d in enumerate(es):
         if d is not None:
-            e.stmt(f"if {x}.shape[{k + first}] != {d}: raise ValueError('TensorArray element of another shape')")
+            e.stmt("if {}.shape[{}] != {}: raise ValueError('TensorArray element of another shape')", x,
+                   E.lit(k + first), E.lit(d))
 
 
 def _ta_attrs(e, k):
@@ -172,21 +186,17 @@ def _ta_read(e):
     h, i = e.args[:2]
     if e.ins[1].ndim != 0:
         raise Unsupported("a TensorArray index that is not one integer")
-    if _local(e):
-        return [f"H.ta_read({h}[0], {h}[1], np.int64({i}))"]
-    return [f"H.ta_read({h}[0], {h}[1], np.int64({i}))"]
+    return [E.fmt("H.ta_read({}[0], {}[1], np.int64({}))", h, h, i)]
 
 
 @lowering("TensorArraySize")
 def _ta_size(e):
-    if _local(e):
-        return [f"np.int64(len({e.args[0]}[0]))"]
-    return [f"{e.args[0]}[2]"]
+    return [E.fmt("np.int64(len({}[0]))" if _local(e) else "{}[2]", e.args[0])]
 
 
 @lowering("ReadVariable")
 def _read_var(e):
-    return [f"{e.args[0]}[0]"]
+    return [E.fmt("{}[0]", e.args[0])]
 
 
 @lowering("Assign", "AssignAdd", "AssignSub")
@@ -201,13 +211,16 @@ def _assign(e):
         sign = "+" if e.node.op == "AssignAdd" else "-"
         if t.dtype in ("int32", "int64"):      # wrapped as numpy wraps it (math_lower's Add and Sub)
             from dfc.runtime.kernels.math_lower import step
-            new = step(e, "Add" if sign == "+" else "Sub", [f"{h}[0]", v], [t, t], t)
+            new = step(e, "Add" if sign == "+" else "Sub", [E.fmt("{}[0]", h), v], [t, t], t)
+        elif t.ndim:
+            new = e.tmp()
+            e.stmt("{} = {}[0] + {}" if sign == "+" else "{} = {}[0] - {}", new, h, v)
         else:
             new = e.tmp()
-            e.stmt(f"{new} = {h}[0] {sign} {v}" if t.ndim else f"{new} = np.{t.dtype}({h}[0] {sign} {v})")
+            e.stmt("{} = {}({}[0] + {})" if sign == "+" else "{} = {}({}[0] - {})", new, st(t.dtype), h, v)
     if t.ndim:
-        e.stmt(f"if {new}.shape != {h}[0].shape: raise ValueError('assign of another shape')")
-    e.stmt(f"{h}[0] = {new}")
+        e.stmt("if {}.shape != {}[0].shape: raise ValueError('assign of another shape')", new, h)
+    e.stmt("{}[0] = {}", h, new)
     return [new]
 
 
@@ -216,5 +229,5 @@ def _assert(e):
     # a failed assertion raises in compiled code; the fused path then replays the run, and the kernel raises
     # its DfcAssertionError with the message and the data's values, naming the node
     c = e.args[0]
-    e.stmt(f"if not {c if e.ins[0].ndim == 0 else f'np.all({c})'}: raise ValueError('assertion failed')")
+    e.stmt("if not {}: raise ValueError('assertion failed')", c if e.ins[0].ndim == 0 else E.fmt("np.all({})", c))
     return []
