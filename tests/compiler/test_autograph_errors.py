@@ -81,30 +81,6 @@ def test_yield_in_nested_position():
     expect(DfcUnsupportedSyntaxError, f, (f32(1.0),), "# MARK", "yield")
 
 
-COUNTER = 0
-
-
-def test_global_write_in_control_flow():
-    def f(x):
-        global COUNTER
-        if x > 0:  # MARK
-            COUNTER = COUNTER + 1
-        return x
-    expect(DfcConversionError, f, (f32(1.0),), "# MARK", "'COUNTER'")
-
-
-def test_nonlocal_write_in_control_flow():
-    total = 0
-
-    def f(x):
-        nonlocal total
-        while x > 0:  # MARK
-            total += 1
-            x -= 1
-        return x
-    expect(DfcConversionError, f, (f32(1.0),), "# MARK", "'total'")
-
-
 def test_bool_of_tensor():
     def f(x):
         flag = bool(x > 0)  # MARK

@@ -252,6 +252,19 @@ def modified(node):
     return out
 
 
+def declared(fn_node):
+    """The names fn_node declares `global` and `nonlocal` (not those of nested functions)."""
+    out = {"global": set(), "nonlocal": set()}
+    todo = list(fn_node.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (gast.Global, gast.Nonlocal)):
+            out[type(node).__name__.lower()].update(node.names)
+        elif not isinstance(node, (gast.FunctionDef, gast.Lambda, gast.ClassDef)):
+            todo.extend(gast.iter_child_nodes(node))
+    return out
+
+
 def param_names(fn_node):
     args = fn_node.args
     names = [a.id for a in args.posonlyargs + args.args + args.kwonlyargs]
@@ -263,17 +276,22 @@ def param_names(fn_node):
 
 def analyze_function(fn_node):
     """Annotate every If/While/For in fn_node (and in nested functions)."""
-    body = fn_node.body if isinstance(fn_node.body, list) else []
-    live_block(body, set())
-    defined_block(body, set(param_names(fn_node)))
-    _add_captured(fn_node)
+    _analyze_scope(fn_node)
     for node in gast.walk(fn_node):
         if isinstance(node, _COMPOUND):
             node._dfc_modified = modified(node)
         elif isinstance(node, gast.FunctionDef) and node is not fn_node:
-            live_block(node.body, set())
-            defined_block(node.body, set(param_names(node)))
-            _add_captured(node)
+            _analyze_scope(node)
+
+
+def _analyze_scope(fn_node):
+    """Liveness and reaching definitions of one function's body. Its global and nonlocal names
+    have a value when it starts and are read after it ends, by whoever reads that variable."""
+    body = fn_node.body if isinstance(fn_node.body, list) else []
+    outside = set().union(*declared(fn_node).values())
+    live_block(body, outside)
+    defined_block(body, set(param_names(fn_node)) | outside)
+    _add_captured(fn_node, outside)
 
 
 # ---------------------------------------------------------------- closures
@@ -311,11 +329,12 @@ def _is_immediate_call(node):
             and func.value.id == "ag__" and func.attr in _IMMEDIATE)
 
 
-def _add_captured(fn_node):
+def _add_captured(fn_node, outside=frozenset()):
     """A variable a closure reads is read whenever the closure is called, which the statement
     order does not show: it is live everywhere it has a value (an output of the ifs and loops
-    that change it) and each branch of an `if` starts from its value before the `if`."""
-    names = captured(fn_node)
+    that change it) and each branch of an `if` starts from its value before the `if`. So is a
+    global or nonlocal name (`outside`): code outside the function may read it at any time."""
+    names = captured(fn_node) | set(outside)
     if not names:
         return
     todo = list(fn_node.body)

@@ -1,11 +1,15 @@
 """while_stmt and for_stmt: Python loops on Python values, dfc.while_loop on tensors."""
 import warnings
 
+import numpy as np
+
+from dfc import nest
 from dfc.compiler import control_flow, ops_api
 from dfc.compiler.autograph import core, iterables, loop_scope, state, unset
 from dfc.compiler.autograph.conditionals import tensor_if
 from dfc.compiler.autograph.errors import DfcLoopVariableError, DfcUnrolledLoopWarning, describe
 from dfc.compiler.autograph.origin import generated_caller_location, generated_caller_origin
+from dfc.compiler.autograph.special_values import is_undefined
 from dfc.compiler.autograph.state import VarPlan
 from dfc.compiler.autograph.tensor_list import ListNeeds, TensorList
 from dfc.errors import DfcError
@@ -158,6 +162,7 @@ class _Loop:
         self.init = list(original)          # the values the graph loop starts from
         self.created = set()                # indices of variables first set inside the loop
         self.flags = {}     # index of a variable that may have no value -> its "is set" flag's
+        self.entered = self.after = None    # the values an iteration starts from and ends with
 
     def add_counter(self):
         """An iteration counter as first variable: a loop needs at least one variable."""
@@ -201,7 +206,7 @@ def tensor_while(test, body, get_state, set_state, names, opts, loc, counted=Fal
         if attempts > 2 * len(loop.names) + 2:
             raise DfcError(f"internal: the plan of this tensor loop did not settle after "
                            f"{attempts - 1} traces", loc=loc)
-        mark = b.mark()
+        mark, effects = b.mark(), b.effect_count
         try:
             keys = [v.key for v in loop.init if isinstance(v, TensorList)]
             with loop_scope.LoopScope(loop.user_fns, keys, loc):
@@ -218,6 +223,8 @@ def tensor_while(test, body, get_state, set_state, names, opts, loc, counted=Fal
             b.rollback(mark)
             _rebuild_list(loop, need)
     values = list(state.rebuild(plans, outputs))
+    if b.effect_count == effects and b.ctx is None:
+        _check_ends(loop, values, loc)
     for i, k in loop.flags.items():
         values[i] = unset.guarded(values[i], values[k], describe(loop.names[i]), loc)
     loop.set_state(tuple(values))
@@ -259,8 +266,10 @@ def _build_loop(loop, loc):
 
     def body_fn(*leaves):
         enter(leaves)
+        loop.entered = list(loop.get_state())
         loop.body()
         values = list(loop.get_state())
+        loop.after = values
         after = state.plans_for(names, values)
         # (`plans` and `loop` change only when the loop is replanned: dfc.while_loop may trace
         # this body again with other dtypes)
@@ -285,6 +294,65 @@ def _build_loop(loop, loc):
     if not isinstance(outputs, (tuple, list)):
         outputs = (outputs,)
     return plans, tuple(outputs)
+
+
+def _check_ends(loop, exits, loc):
+    """Raise if the loop can never end: its condition is a constant True once every variable
+    that keeps one constant value (the same before the loop and after an iteration) has it, and
+    the loop has no side effects (a dequeue may end it with an error). Such a graph would hang
+    whenever it runs (a Python loop would too): say so while tracing. Only for a loop outside
+    any cond or loop (which every run reaches): inside one, Python would hang only when it is
+    reached, and inputs may never reach it."""
+    if loop.after is None:
+        return
+    fixed = [_same_constant(init, entered, after)
+             for init, entered, after in zip(loop.init, loop.entered, loop.after)]
+    b = core.current_builder()
+    mark = b.mark()
+    try:
+        loop.set_state(tuple(init if keep else out for init, out, keep in zip(loop.init, exits, fixed)))
+        go_on = loop.test()
+    except Exception:   # noqa: BLE001 — only a test that evaluates to a constant is reported
+        return
+    finally:
+        b.rollback(mark)
+    if _constant(go_on) is None or not _constant(go_on).all():
+        return
+    kept = [describe(n) for n, keep in zip(loop.names, fixed) if keep and n != COUNTER]
+    why = (f" ({', '.join(kept)} {'is' if len(kept) == 1 else 'are'} the same constant in every "
+           f"iteration)" if kept else "")
+    raise DfcLoopVariableError(
+        f"this loop never ends: its condition is always True{why} and nothing in the loop can stop "
+        f"it (no `break` or `return` on a tensor condition, no side effect): the graph would run "
+        f"forever. Make the condition depend on something the loop changes", loc=loc)
+
+
+def _constant(x):
+    """x's value when it is known while tracing (a number or a constant tensor), else None."""
+    if core.is_tensor(x):
+        value = x.ttype.value
+        return None if value is None else np.asarray(value)
+    if isinstance(x, (bool, int, float, np.generic, np.ndarray)):
+        return np.asarray(x)
+    return None
+
+
+def _same_constant(init, entered, after):
+    """Whether a loop variable has the value `init` in every iteration: it is a known constant
+    that an iteration leaves as it is or sets to that same constant."""
+    leaves = nest.flatten(init) if not is_undefined(init) else None
+    if not leaves:
+        return False
+    for a, e, z in zip(leaves, nest.flatten(entered), nest.flatten(after)):
+        va = _constant(a)
+        if va is None:
+            return False
+        if z is e:
+            continue
+        vz = _constant(z)
+        if vz is None or vz.shape != va.shape or not np.array_equal(vz, va):
+            return False
+    return len(nest.flatten(after)) == len(leaves)
 
 
 def _first_set_in_loop(before, now):

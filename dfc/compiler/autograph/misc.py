@@ -1,8 +1,9 @@
 """Small runtime helpers: assert, in-place changes of containers, loads that may be missing."""
 from dfc.compiler import ops_api
 from dfc.compiler.autograph import core, loop_scope
+from dfc.compiler.autograph.errors import DfcUnsupportedSyntaxError
 from dfc.compiler.autograph.origin import user_location
-from dfc.errors import DfcTypeError
+from dfc.errors import DfcConversionError, DfcTypeError
 from dfc.compiler.autograph.special_values import Undefined
 from dfc.compiler.autograph.tensor_list import TensorList
 
@@ -99,3 +100,25 @@ def ld_or_undefined(load, label):
         return load()
     except (AttributeError, KeyError, IndexError):
         return Undefined(label)
+
+
+def finally_exit(jumped, pending, error):
+    """The jump flag after a `finally` that may return/break/continue. Its own jump replaces the
+    `try`'s pending one and swallows the `try`'s exception (`error`), as in Python; without one,
+    the pending jump or the exception goes on. dfc's own refusals to convert the `try`
+    (DfcConversionError) always go on: its trace is incomplete."""
+    if isinstance(error, DfcConversionError):
+        raise error
+    if core.is_tensor(jumped):
+        if error is not None:
+            raise DfcUnsupportedSyntaxError(
+                f"the `try` raised {type(error).__name__} while tracing, and whether its `finally` "
+                f"jumps (return/break/continue, which would swallow the exception) depends on a "
+                f"tensor: decide that jump with a Python value, or let the exception out of the "
+                f"`try`", loc=user_location()) from error
+        return ops_api.logical_or(jumped, pending)
+    if jumped:
+        return True
+    if error is not None:
+        raise error
+    return pending

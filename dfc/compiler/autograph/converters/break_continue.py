@@ -37,7 +37,7 @@ class BreakContinue(Converter):
         if _has(node.body, gast.Continue):
             flag = self.ctx.namer.new("continue_")
             lower = JumpLowering(lambda s: isinstance(s, gast.Continue),
-                                 lambda s: self._set(flag, s), flag)
+                                 lambda s: self._set(flag, s), flag, self.ctx.namer)
             body, _ = lower.block(node.body)
             node.body = self._set(flag, node, False) + body
         out = []
@@ -45,7 +45,7 @@ class BreakContinue(Converter):
         if _has(node.body, gast.Break):
             flag = self.ctx.namer.new("break_")
             lower = JumpLowering(lambda s: isinstance(s, gast.Break),
-                                 lambda s: self._set(flag, s), flag)
+                                 lambda s: self._set(flag, s), flag, self.ctx.namer)
             node.body, _ = lower.block(node.body)
             add_loop_flag(node, flag)
             out.extend(self._set(flag, node, False))

@@ -21,7 +21,8 @@ before writing: both branches are traced in turn, and each must start from
 the values before the `if` (as in AutoGraph, `nouts` says how many of the
 state variables are outputs).
 Variables no definition reaches get `x = ag__.Undefined('x')` first, so
-`nonlocal` always has a binding and misuse is reported by name.
+`nonlocal` always has a binding and misuse is reported by name. The nested
+functions declare the user's `global` names `global` instead of `nonlocal`.
 """
 import gast
 
@@ -35,6 +36,8 @@ class ControlFlow(Converter):
         converter = cls(ctx)
         converter.maybe_undefined = set()
         converter.try_depth = 0
+        converter.globals = [set()]     # per function: its global names (declared `global` in
+                                        # the nested functions made for its ifs and loops too)
         converter.maybe_undefined.update(n._dfc_deletes for n in gast.walk(node)
                                          if hasattr(n, "_dfc_deletes"))
         node = converter.visit(node)
@@ -104,9 +107,12 @@ class ControlFlow(Converter):
             def get_name():
                 return state
             def set_name(vars_):
+                global globals_
                 nonlocal plain
                 sets
-        """, get_name=get_name, set_name=set_name, vars_=vars_name, plain=plain, sets=sets,
+        """, get_name=get_name, set_name=set_name, vars_=vars_name, sets=sets,
+            globals_=[q for q in plain if q in self.globals[-1]],
+            plain=[q for q in plain if q not in self.globals[-1]],
             state=gast.Tuple(elts=loads, ctx=gast.Load()))
         stmts[0]._dfc_state_function = True
         return stmts, get_name, set_name
@@ -116,9 +122,12 @@ class ControlFlow(Converter):
         params = ", ".join(args)
         stmts = templates.replace(f"""
             def fn_name({params}):
+                global globals_
                 nonlocal names
                 body
-        """, fn_name=name, names=nonlocals, body=body or [gast.Pass()])
+        """, fn_name=name, body=body or [gast.Pass()],
+            globals_=[q for q in nonlocals if q in self.globals[-1]],
+            names=[q for q in nonlocals if q not in self.globals[-1]])
         return stmts, name
 
     def _opts(self, node, state):
@@ -134,7 +143,9 @@ class ControlFlow(Converter):
     # ------------------------------------------------------------ try
     def visit_FunctionDef(self, node):
         saved, self.try_depth = self.try_depth, 0
+        self.globals.append(analysis.declared(node)["global"])
         self.generic_visit(node)
+        self.globals.pop()
         self.try_depth = saved
         return node
 

@@ -24,10 +24,11 @@ class JumpLowering:
     replace(jump) -> statements to put in its place.
     into_loops: whether nested loops are entered (returns: yes; break: no);
     on_loop(loop) is then called for every loop that may jump.
+    namer: hands out the names a `finally` that may jump needs.
     """
 
-    def __init__(self, is_jump, replace, flag, into_loops=False, on_loop=None):
-        self.is_jump, self.replace, self.flag = is_jump, replace, flag
+    def __init__(self, is_jump, replace, flag, namer, into_loops=False, on_loop=None):
+        self.is_jump, self.replace, self.flag, self.namer = is_jump, replace, flag, namer
         self.into_loops, self.on_loop = into_loops, on_loop
 
     def block(self, stmts):
@@ -58,12 +59,17 @@ class JumpLowering:
         if isinstance(node, gast.Try):
             jumps = False
             for part in [node] + node.handlers:
-                for field in ("body", "orelse", "finalbody"):
+                for field in ("body", "orelse"):
                     stmts = getattr(part, field, None)
                     if stmts:
                         new, may_jump = self.block(stmts)
                         setattr(part, field, new or [gast.Pass()])
                         jumps = jumps or may_jump
+            if node.finalbody:
+                new, may_jump = self.block(node.finalbody)
+                if may_jump:
+                    return self._jumping_finally(node, new), True
+                node.finalbody = new or [gast.Pass()]
             return [node], jumps
         if self.into_loops and isinstance(node, (gast.While, gast.For)):
             node.body, a = self.block(node.body)
@@ -71,3 +77,34 @@ class JumpLowering:
                 self.on_loop(node)
             return [node], a
         return [node], False
+
+    def _jumping_finally(self, node, finalbody):
+        """A `try` whose `finally` may jump, as Python runs it: the `finally` starts with no jump
+        pending (its own statements run even when the `try` returned), and a jump it makes
+        replaces the `try`'s pending jump or exception (which it swallows):
+
+            error = None                       pending = flag
+            try:                               flag = False
+                body (+ except/else)     ->    finalbody
+            except BaseException as e:         flag = ag__.finally_exit(flag, pending, error)
+                error = e
+        """
+        error, caught, pending = (self.namer.new(n) for n in ("finally_error", "error", "pending"))
+        inner = node.body
+        if node.handlers:
+            node.finalbody = []
+            inner = [node]
+        stmts = templates.replace("""
+            error = None
+            try:
+                inner
+            except BaseException as caught:
+                error = caught
+            pending = flag
+            flag = False
+        """, error=error, inner=inner, caught=caught, pending=pending, flag=self.flag)
+        stmts += finalbody
+        stmts += templates.replace("flag = ag__.finally_exit(flag, pending, error)",
+                                   flag=self.flag, pending=pending, error=error)
+        copy_origin(stmts, get_origin(node))
+        return stmts

@@ -46,7 +46,7 @@ class Returns(Converter):
                 result=ret.value if ret.value is not None else templates.const(None))
             return self.mark(stmts, ret)
 
-        lower = JumpLowering(lambda s: isinstance(s, gast.Return), replace, flag,
+        lower = JumpLowering(lambda s: isinstance(s, gast.Return), replace, flag, self.ctx.namer,
                              into_loops=True, on_loop=lambda loop: add_loop_flag(loop, flag))
         body, _ = lower.block(node.body)
         head = self.mark(templates.replace("""
