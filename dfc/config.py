@@ -3,6 +3,7 @@
 Module-level state read by the compiler when a dfc.function is called. Kept
 free of heavy imports so ``import dfc`` stays cheap.
 """
+import math
 import os
 
 _TRUE = ("1", "true", "yes", "on")
@@ -121,3 +122,28 @@ def cache_dir():
     dfc/runtime/compiled/cache.py uses it only if it is private to the user (see its docstring).
     """
     return os.environ.get("DFC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "dfc")
+
+
+# ---------------------------------------------------------------- cluster liveness
+
+LIVENESS_ENV = "DFC_CLUSTER_LIVENESS_TIMEOUT"
+DEFAULT_LIVENESS_TIMEOUT = 30.0
+
+
+def parse_liveness_timeout(value=None):
+    """Seconds a cluster task may go without answering the chief before it counts as dead: `value`
+    (``dfc.cluster.connect(liveness_timeout=...)``), else ``$DFC_CLUSTER_LIVENESS_TIMEOUT``, else 30.
+    A positive, finite number of seconds; anything else is a DfcError naming where it came from."""
+    where = "liveness_timeout"
+    if value is None:
+        value = os.environ.get(LIVENESS_ENV, "").strip() or DEFAULT_LIVENESS_TIMEOUT
+        where = LIVENESS_ENV
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        from dfc.errors import DfcError
+        raise DfcError(f"{where}={value!r}: use a positive number of seconds (default "
+                       f"{DEFAULT_LIVENESS_TIMEOUT:g})")
+    return seconds

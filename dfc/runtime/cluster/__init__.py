@@ -23,36 +23,17 @@ answers the chief on threads of its own that kernels do not block, so a long
 kernel is not a silent task.
 """
 import contextvars
-import math
 import os
 import threading
 
+from dfc.config import DEFAULT_LIVENESS_TIMEOUT, LIVENESS_ENV, parse_liveness_timeout  # noqa: F401 (re-exported)
 from dfc.errors import DfcError, DfcRuntimeError
 
 _current = contextvars.ContextVar("dfc_cluster", default=None)
 _connected = []         # clusters connected in this process and not shut down, oldest first
 _DEFAULT_THREADS = 2
-LIVENESS_ENV = "DFC_CLUSTER_LIVENESS_TIMEOUT"
-DEFAULT_LIVENESS_TIMEOUT = 30.0
 START_TIMEOUT = 120.0   # how long a task's actor may take to start (Ray may have to start a process for it)
 _DIED = ("ActorDiedError", "ActorUnavailableError", "RayActorError")
-
-
-def parse_liveness_timeout(value=None):
-    """Seconds a task may go without answering the chief before it counts as dead: `value`, else
-    $DFC_CLUSTER_LIVENESS_TIMEOUT, else 30 (a positive number of seconds)."""
-    where = "liveness_timeout"
-    if value is None:
-        value = os.environ.get(LIVENESS_ENV, "").strip() or DEFAULT_LIVENESS_TIMEOUT
-        where = LIVENESS_ENV
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise DfcError(f"{where}={value!r}: use a positive number of seconds (default "
-                       f"{DEFAULT_LIVENESS_TIMEOUT:g})")
-    return seconds
 
 
 def no_answer(task, seconds):
