@@ -312,10 +312,11 @@ def show_cmd(graph_file, partitions, fused, device_map):
     if fused:
         from dfc.runtime.session import Session
         s = Session(g)
-        frames = s.fused_frames()
+        names = {}
+        frames = s.fused_frames(names)
         compiled = _compile_status(s)
         for name, source in frames.items():
-            click.echo(f"# ---- frame {name}\n{compiled.get(name, '')}{source}")
+            click.echo(f"# ---- frame {_shown(name)}\n{compiled.get(name, '')}{source}" + _legend(source, names))
         if not frames:
             click.echo("# the graph has no loop frames")
         _show_run(s)
@@ -329,11 +330,36 @@ def show_cmd(graph_file, partitions, fused, device_map):
     click.echo(partition(g, where).text())
 
 
+_SHOWN = re.compile(r"[A-Za-z0-9_./:-]{1,256}\Z")
+_INDEXED = re.compile(r"^ *# (node|loop frame) (\d+)$", re.M)
+
+
+def _shown(name):
+    """A node or frame name as printed: as it is when made of the loader's characters, else escaped
+    (ascii) and cut, so no name can start a line of its own or hide what follows it."""
+    return name if _SHOWN.match(name) else ascii(name[:200]) + ("..." if len(name) > 200 else "")
+
+
+def _legend(source, names):
+    """The legend of a generated source, which names nodes and frames by index only (its comments
+    `# node 12`, `# loop frame 3`): each index it mentions with the name of that node or frame, as
+    `names` (Session.fused_frames / compiled_run) gives them; "" if it mentions none. Printed by the CLI
+    only: a name never becomes part of generated source."""
+    cited = sorted({(kind, int(k)) for kind, k in _INDEXED.findall(source or "")}, key=lambda x: (x[0] == "node", x[1]))
+    lines = []
+    for kind, k in cited:
+        table = names.get("nodes" if kind == "node" else "frames", [])
+        if k < len(table):
+            lines.append(f"\n#   {kind} {k}: {_shown(table[k])}")
+    return "\n# ---- legend: the nodes and loop frames the code above names by index" + "".join(lines) if lines else ""
+
+
 def _show_run(session):
     """The whole run: the root frame's generated code, and whether compile_loops=True compiles it as one."""
     if not session.graph.signature:
         return
-    info = session.compiled_run()
+    names = {}
+    info = session.compiled_run(names)
     if info["status"] == "scheduled":
         click.echo(f"# ---- the whole run: the scheduler runs the root frame ({info['reason']})")
         return
@@ -341,9 +367,9 @@ def _show_run(session):
         line = "compile_loops: compiled with numba as one function"
     else:
         node = info["blocked_by"]
-        line = "compile_loops: not compiled as one function" + (f", blocked by {node}" if node else "") + \
+        line = "compile_loops: not compiled as one function" + (f", blocked by {_shown(node)}" if node else "") + \
             f": {info['reason']}"
-    click.echo(f"# ---- the whole run (root frame)\n# {line}\n{info['source']}")
+    click.echo(f"# ---- the whole run (root frame)\n# {line}\n{info['source']}" + _legend(info["source"], names))
 
 
 def _compile_status(session):
@@ -359,7 +385,7 @@ def _compile_status(session):
         elif info["status"] == "fused":
             node = info["blocked_by"]
             op = session.graph.nodes[node].op if node in session.graph.nodes else None
-            line = "# compile_loops: not compiled" + (f", blocked by {node} ({op})" if node else "") + \
+            line = "# compile_loops: not compiled" + (f", blocked by {_shown(node)} ({op})" if node else "") + \
                 f": {info['reason']}"
         else:
             continue

@@ -284,15 +284,19 @@ class Session:
         """Bytes this session's steps sent between the processes of its cluster (after compression)."""
         return {"bytes_sent": self._wire_bytes, "compression": self.wire_compression}
 
-    def fused_frames(self):
+    def fused_frames(self, names=None):
         """frame name -> the Python source the executor generates for that loop frame when the graph's
-        signature runs (`dfc show --fused`), or a comment saying why the frame is not fused."""
+        signature runs (`dfc show --fused`), or a comment saying why the frame is not fused. The sources
+        name nodes and frames by index only; `names` (a dict) gets {"nodes": node names by index, "frames":
+        frame names by index} of the plan they come from (`dfc show --fused` prints them as a legend)."""
         from dfc.runtime.fused import describe
         sig = self.graph.signature
         fetches = [leaf["ref"] for leaf in structure.leaves(sig.get("outputs"))]
         feeds = {i["node"] for i in sig.get("inputs", [])}
         targets = tuple(sig.get("targets", []))
         plan = Plan(self.graph, fetches, feeds, targets, fuse=False, parallel_iterations=self.parallel_iterations)
+        if names is not None:
+            names.update(_names(plan))
         out = describe(plan)
         if self.fuse_loops and self._num_threads > 0:
             from dfc.runtime.overlap import overlapping_frames
@@ -320,14 +324,18 @@ class Session:
         from dfc.runtime.compiled import explain
         return explain(self._signature_plan(), [p for p in self._plans.values() if isinstance(p, Plan)])
 
-    def compiled_run(self):
+    def compiled_run(self, names=None):
         """How a run of the graph's signature goes as a whole with compiled loops (dfc/runtime/compiled/
         root.py): {"status": "compiled" (the root frame and its loops as one numba function) | "fused" (the
         root frame as generated Python calling each loop frame, compiled or not) | "scheduled" (the tagged-
         frame scheduler runs the root frame), "blocked_by": the node that kept it from being compiled,
-        "reason", "source", "compile_seconds" once this session ran it}."""
+        "reason", "source", "compile_seconds" once this session ran it}. `names`: as for fused_frames (the
+        source's plan is another: node indices differ)."""
         from dfc.runtime.compiled import explain_root
-        return explain_root(self._signature_plan(), [p for p in self._plans.values() if isinstance(p, Plan)])
+        plan = self._signature_plan()
+        if names is not None:
+            names.update(_names(plan))
+        return explain_root(plan, [p for p in self._plans.values() if isinstance(p, Plan)])
 
     def _signature_plan(self):
         sig = self.graph.signature
@@ -486,6 +494,11 @@ def _trace_file(path):
     if not os.path.isdir(parent):
         raise DfcError(f"cannot write the trace file {path!r}: directory {parent!r} does not exist")
     return path
+
+
+def _names(plan):
+    """The names of a plan's nodes and frames by index (generated sources name them by index only)."""
+    return {"nodes": [n.name for n in plan.nodes], "frames": list(plan.frame_names)}
 
 
 def _to_numpy(v):

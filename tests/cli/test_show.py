@@ -3,6 +3,7 @@ deterministically."""
 import inspect
 import json
 import os
+import re
 import textwrap
 
 import dfc
@@ -64,3 +65,56 @@ def test_the_json_is_the_same_for_the_same_program(tmp_path):
     nodes = json.loads(outs[0])["nodes"]
     assert {n["var"] for n in nodes if "var" in n} >= {"x", "y"}
     assert dfc.load(str(tmp_path / "out0" / "f.json")).nodes["x"].var == "x"     # read back
+
+
+def _looped(x, n):
+    def body(i, s):
+        inner = dfc.while_loop(lambda j, t: j < i, lambda j, t: (j + 1, t + x), (0, s))[1]
+        return i + 1, inner
+    return dfc.while_loop(lambda i, s: i < n, body, (0, x))[1]
+
+
+def _legend(section):
+    """index -> name of the `# ---- legend` lines after one generated source of `dfc show --fused`."""
+    out = {}
+    for l in section.split("# ---- legend:")[1].splitlines()[1:]:
+        if l.startswith("#   "):
+            kind_k, name = l[4:].split(": ", 1)
+            out[kind_k] = name
+    return out
+
+
+def test_show_fused_prints_a_legend_of_the_indices_the_generated_code_names(tmp_path):
+    """Generated code names nodes and frames by index only (no graph text in source); the CLI prints which
+    node and frame each index is, from the plan the code came from."""
+    g = dfc.trace(_looped, dfc.TensorSpec([], "float64"), dfc.TensorSpec([], "int64"))
+    dfc.save(g, str(tmp_path / "g.json"))
+    r = clitools.dfc("show", "--fused", tmp_path / "g.json")
+    assert r.returncode == 0, r.stderr
+    g = dfc.load(str(tmp_path / "g.json"))
+    frames = {n.attrs["frame_name"] for n in g.nodes.values() if n.op == "Enter"}
+    sections = r.stdout.split("# ---- frame ")[1:]
+    sections[-1], run = sections[-1].split("# ---- the whole run")
+    assert len(sections) == 2
+    for section in sections + [run]:
+        legend = _legend(section)
+        code = section.split("# ---- legend:")[0]
+        cited = {f"{kind} {k}" for kind, k in re.findall(r"# (node|loop frame) (\d+)\n", code)}
+        assert cited and cited == set(legend), (cited, legend)
+        for key, name in legend.items():
+            assert (name in frames) if key.startswith("loop frame") else (name in g.nodes), (key, name)
+        for k in re.findall(r"# node (\d+)\n *v\d+_0 = \(v\d+_\d+ < v\d+_\d+\)", code):
+            assert g.nodes[legend[f"node {k}"]].op == "Less"      # the index names the node the code computes
+    assert re.search(r"# node \d+\n *v\d+_0 = \(v\d+_\d+ < v\d+_\d+\)", run)         # (that check ran)
+
+
+def test_the_legend_shows_any_name_on_one_escaped_line():
+    from dfc import cli
+    src = "    # node 0\n    # node 1\n    # loop frame 1\n    x = 1  # node 2 (not a comment line of its own)"
+    names = {"nodes": ["plain/name_0", "evil\n# node 2: x\u2028'", "z"], "frames": ["", "f" * 300]}
+    out = cli._legend(src, names)
+    lines = out.splitlines()[1:]
+    assert lines[1:] == ["#   loop frame 1: " + repr("f" * 200) + "...", "#   node 0: plain/name_0",
+                         "#   node 1: " + ascii("evil\n# node 2: x\u2028'")]
+    assert out.isascii() and len(lines) == 4 and all(l.startswith("# ") for l in lines)
+    assert cli._legend("# not fused: a Recv", names) == ""
