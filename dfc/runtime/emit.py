@@ -43,6 +43,24 @@ def _code(text):
     return Code(text)
 
 
+# Templates, separators and identifier bases checked once each (they are constants of the generators, so
+# these stay small; what is built from checked pieces and Code is printable ASCII without another check).
+_CHECKED = {}
+_BASES = set()
+
+
+def _pieces(template):
+    """The template's text between its `{}` holes, each piece checked to be printable ASCII."""
+    pieces = _CHECKED.get(template)
+    if pieces is None:
+        if type(template) is not str:
+            raise EmitError(f"a template must be a str constant, not a {type(template).__name__}")
+        pieces = [_code(p) for p in template.split("{}")]
+        if len(_CHECKED) < 100_000:
+            _CHECKED[template] = pieces
+    return pieces
+
+
 def _int(n):
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
         raise EmitError(f"not an int: {type(n).__name__}")
@@ -51,12 +69,16 @@ def _int(n):
 
 def ident(base, *numbers, tail=""):
     """The identifier base + numbers joined by "_" + tail, e.g. ident("v", 3, 0) -> v3_0."""
-    if type(base) is not str or not _BASE.match(base) or (tail and not _BASE.match(tail)):
-        raise EmitError(f"bad identifier base {base!r}{tail!r}"[:120])
+    if type(base) is not str or type(tail) is not str:
+        raise EmitError("an identifier's base and tail are str constants")
+    if (base, tail) not in _BASES:
+        if not _BASE.match(base) or (tail and not _BASE.match(tail)):
+            raise EmitError(f"bad identifier base {base!r}{tail!r}"[:120])
+        _BASES.add((base, tail))
     nums = [_int(n) for n in numbers]
     if any(n < 0 for n in nums):
         raise EmitError("negative number in an identifier")
-    return _code(base + "_".join(str(n) for n in nums) + tail)
+    return Code(base + "_".join([str(n) for n in nums]) + tail)
 
 
 def lit(value):
@@ -65,7 +87,7 @@ def lit(value):
     if value is None or isinstance(value, (bool, np.bool_)):
         return _code(repr(None if value is None else bool(value)))
     if isinstance(value, (int, np.integer)):
-        return _code(repr(int(value)))
+        return Code(repr(int(value)))
     if isinstance(value, (float, np.floating)):
         v = float(value)
         if math.isnan(v):
@@ -102,14 +124,14 @@ def _parts(parts):
 
 def fmt(template, *parts):
     """The template (a constant of the generator) with each `{}` replaced by the next part (Code)."""
-    pieces = template.split("{}")
+    pieces = _pieces(template)
     if len(pieces) != len(parts) + 1:
         raise EmitError(f"template {template!r} has {len(pieces) - 1} holes for {len(parts)} parts")
     _parts(parts)
     out = [pieces[0]]
     for p, piece in zip(parts, pieces[1:]):
         out += [p, piece]
-    return _code("".join(out))
+    return Code("".join(out))
 
 
 def subst(template, *parts):
@@ -124,12 +146,12 @@ def subst(template, *parts):
 
 def join(sep, parts):
     """The parts (Code) joined by the separator (a constant of the generator)."""
-    return _code(sep.join(_parts(list(parts))))
+    return Code("{}".join(_pieces(sep)).join(_parts(list(parts))))
 
 
 def items(parts):
     """The parts (Code) each followed by ", ": the items of a tuple, list or call ("a, b, ")."""
-    return _code("".join(p + ", " for p in _parts(list(parts))))
+    return Code("".join([p + ", " for p in _parts(list(parts))]))
 
 
 def indent(levels):
@@ -139,14 +161,14 @@ def indent(levels):
 
 def deeper(ind):
     """Indentation one block deeper than ind."""
-    return _code(_parts([ind])[0] + "    ")
+    return Code(_parts([ind])[0] + "    ")
 
 
 class Lines(list):
     """Generated lines; `w(ind, template, *parts)` adds indentation ind and fmt(template, *parts)."""
 
     def w(self, ind, template, *parts):
-        self.append(_code(_parts([ind])[0] + fmt(template, *parts)))
+        self.append(Code(_parts([ind])[0] + fmt(template, *parts)))
 
     def add(self, line):
         """Add a line made by fmt (or a generator's Lines)."""
