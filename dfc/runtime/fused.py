@@ -13,7 +13,6 @@ import numpy as np
 
 from dfc.errors import DfcError, DfcRuntimeError
 from dfc.ir import ops as opreg
-from dfc.ir.graph import parse_input
 from dfc.runtime import emit as E
 from dfc.runtime import gpu_fusion
 from dfc.runtime.limits import kernel_error
@@ -282,19 +281,7 @@ class FrameProgram:
             outs = E.join(", ", [E.ident("x", c, k) for k in range(n)])
             call = E.fmt("{}(ctx, kern, [{}], _t)", a.child_programs[c], E.join(", ", args))
             w(ind, "# loop frame {}", E.lit(c))
-            body = ind
-            if it in a.maybe_dead and args:
-                w(ind, "if {}:", any_dead(args))
-                if n:
-                    w(ind, "    {}, = [DEAD] * {}", outs, E.lit(n))
-                else:
-                    w(ind, "    pass")
-                w(ind, "else:")
-                body = E.deeper(ind)
-            if n:
-                w(body, "{}, = {}", outs, call)
-            else:
-                w(body, "{}", call)
+            call_frame(w, ind, outs, n, call, args if it in a.maybe_dead else [])
             return
         i = it[1]
         kind = p.kind[i]
@@ -368,6 +355,26 @@ class FrameProgram:
         if i < 0:
             return e if isinstance(e, DfcError) else DfcRuntimeError(f"{type(e).__name__}: {e}")
         return kernel_error(self.plan.nodes[i], e)
+
+
+def call_frame(w, ind, outs, n, call, dead_args):
+    """Write the call of a nested frame's function giving its `n` exits `outs`; where one of `dead_args`
+    may be dead (a cond's untaken branch) the frame does not run and its exits are DEAD. Returns the
+    indentation the call was written at."""
+    body = ind
+    if dead_args:
+        w(ind, "if {}:", any_dead(dead_args))
+        if n:
+            w(ind, "    {}, = [DEAD] * {}", outs, E.lit(n))
+        else:
+            w(ind, "    pass")
+        w(ind, "else:")
+        body = E.deeper(ind)
+    if n:
+        w(body, "{}, = {}", outs, call)
+    else:
+        w(body, "{}", call)
+    return body
 
 
 def any_dead(refs):

@@ -17,7 +17,7 @@ big enough to overlap (executor.Run decides that from the runs it schedules).
 """
 from dfc.runtime import emit as E
 from dfc.runtime.fused import (ENTER, EXIT, NEXT, SWITCH, FrameAnalysis, FrameProgram, NotFusable,
-                               _NOT_FUSABLE, _TAGGED_OPS, _toposort, any_dead)
+                               _NOT_FUSABLE, _TAGGED_OPS, _toposort, call_frame)
 from dfc.ir import ops as opreg
 from dfc.runtime.values import DEAD
 
@@ -107,19 +107,7 @@ class RootProgram(FrameProgram):
         w(ind, "# loop frame {}", E.lit(c))
         w(ind, "_n = -1")
         live = [x for e, x in zip(enters, args) if not p.is_constant[e]]
-        pad = ind
-        if ("frame", c) in a.maybe_dead and live:
-            w(ind, "if {}:", any_dead(live))
-            if n:
-                w(ind, "    {}, = [DEAD] * {}", outs, E.lit(n))
-            else:
-                w(ind, "    pass")
-            w(ind, "else:")
-            pad = E.deeper(ind)
-        if n:
-            w(pad, "{}, = {}", outs, call)
-        else:
-            w(pad, "{}", call)
+        pad = call_frame(w, ind, outs, n, call, live if ("frame", c) in a.maybe_dead else [])
         if a.tagged:
             w(pad, "ctx.tag = _t")
 
