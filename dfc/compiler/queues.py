@@ -225,8 +225,10 @@ class FIFOQueue(_Resource):
 class ConditionalAccumulator(_Resource):
     """Aggregates gradients of `dtype` and `shape` for synchronous training (TF's ConditionalAccumulator).
 
-    apply_grad(grad, local_step): adds `grad`, computed at step `local_step`, unless that step is older
-    than the accumulator's global step (a stale gradient from a slow worker: dropped silently).
+    apply_grad(grad, local_step, worker=None): adds `grad`, computed at step `local_step`, unless that
+    step is older than the accumulator's global step (a stale gradient from a slow worker: dropped
+    silently) or `worker` (a name) has a gradient in this update already (dropped the same way: a
+    restarted worker running its step again is not counted twice; None: every gradient counts).
     take_grad(num_required): waits (asynchronously) until at least num_required gradients have been
     applied, returns their average, starts the sum again from zero and increments the global step.
     num_accumulated(): gradients in the sum now; set_global_step(step): set the global step.
@@ -252,14 +254,20 @@ class ConditionalAccumulator(_Resource):
         return {"shared_name": self.shared_name, "container": self.container, "dtype": self.dtype,
                 "shape": None if self.shape is None else list(self.shape)}
 
-    def apply_grad(self, grad, local_step=0):
-        """Add a gradient computed at `local_step` (dropped if older than the global step)."""
+    def apply_grad(self, grad, local_step=0, worker=None):
+        """Add a gradient computed at `local_step` by `worker` (dropped if older than the global step, or
+        if that worker's gradient for this update is in already)."""
+        if worker is not None and (not isinstance(worker, str) or not worker):
+            raise DfcError(f"apply_grad: worker must be a non-empty str naming the worker, got {worker!r}",
+                           loc=user_location())
+
         def f():
             g = convert(grad, self.dtype)
             if self.shape is not None and g.shape is not None and not dt.shapes_compatible(g.shape, self.shape):
                 raise DfcError(f"accumulator {self.shared_name!r} holds gradients of shape {list(self.shape)}, "
                                f"got {list(g.shape)}", loc=user_location())
-            self._make("AccumulatorApplyGradient", "apply_grad", (self.handle(), convert(local_step, "int64"), g))
+            self._make("AccumulatorApplyGradient", "apply_grad", (self.handle(), convert(local_step, "int64"), g),
+                       {"worker": worker or ""})
         self._run(f)
 
     def take_grad(self, num_required, timeout=None):

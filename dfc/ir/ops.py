@@ -1301,7 +1301,10 @@ def _apply_grad_infer(attrs, ins):
 register("AccumulatorHandle", (), 1, {"shared_name": ("str", REQUIRED), "container": ("str", ""),
                                       "dtype": ("dtype", REQUIRED), "shape": ("shape", None)},
          _acc_handle_infer, stateful=True)
-register("AccumulatorApplyGradient", ("handle", "local_step", "gradient"), 0, {}, _apply_grad_infer, stateful=True)
+# worker: who computed the gradient; the accumulator takes at most one per worker per update ("": anonymous,
+# every gradient counts, as in graph files from before the attribute).
+register("AccumulatorApplyGradient", ("handle", "local_step", "gradient"), 0, {"worker": ("str", "")},
+         _apply_grad_infer, stateful=True)
 register("AccumulatorTakeGradient", ("handle", "num_required"), 1,
          {"dtype": ("dtype", REQUIRED), "shape": ("shape", None), "timeout": ("float", -1.0)},
          lambda a, ins: _acc_in("AccumulatorTakeGradient", ins, [(1, "num_required")]) or

@@ -225,12 +225,15 @@ class AccumulatorResource:
     """A gradient accumulator (TF's ConditionalAccumulator): gradients of `dtype` and `shape` are summed
     until a `take` of n finds at least n; it gets their average, the sum starts again from zero and the
     accumulator's global step goes up by one. A gradient computed at a step older than the global step
-    (stale) is dropped. Takes wait in the order they came."""
+    (stale) is dropped, and so is a second gradient of one named worker for the same update (a restarted
+    worker running its step again): an average holds at most one gradient per worker. Takes wait in the
+    order they came."""
 
     def __init__(self, name, dtype, shape=None):
         self.name, self.dtype = name, dtype
         self.shape = None if shape is None else tuple(shape)
         self.sum, self.count, self.global_step = None, 0, 0
+        self.workers = set()        # the named workers whose gradients are in the sum
         self.takers = collections.deque()
         self.lock = threading.Lock()
 
@@ -240,19 +243,22 @@ class AccumulatorResource:
     def describe(self):
         return f"an accumulator of {self.dtype}{'' if self.shape is None else list(self.shape)}"
 
-    def apply(self, grad, local_step, node=None):
-        """Add `grad`, computed at `local_step`; False (dropped) if the step is stale."""
+    def apply(self, grad, local_step, node=None, worker=""):
+        """Add `grad`, computed at `local_step` by `worker` ("": anonymous); False (dropped) if the step is
+        stale or the worker's gradient for this update is in already."""
         if grad.dtype.name != self.dtype or (self.shape is not None and tuple(grad.shape) != self.shape):
             raise DfcRuntimeError(f"accumulator {self.name!r} holds {self.describe()[3:]}, got a gradient of "
                                   f"{grad.dtype.name}{list(grad.shape)}", node=node)
         with self.lock:
-            if int(local_step) < self.global_step:
+            if int(local_step) < self.global_step or worker in self.workers:
                 return False
             if self.sum is not None and tuple(self.sum.shape) != tuple(grad.shape):
                 raise DfcRuntimeError(f"accumulator {self.name!r} holds gradients of shape {list(self.sum.shape)}, "
                                       f"got one of shape {list(grad.shape)}", node=node)
             self.sum = grad.copy() if self.sum is None else self.sum + grad
             self.count += 1
+            if worker:
+                self.workers.add(worker)
             calls = self._pump()
         _call(calls)
         return True
@@ -287,7 +293,7 @@ class AccumulatorResource:
         from parameters the restore undid."""
         with self.lock:
             if int(step) < self.global_step:
-                self.sum, self.count = None, 0
+                self.sum, self.count, self.workers = None, 0, set()
             self.global_step = int(step)
 
     def _pump(self):
@@ -295,7 +301,7 @@ class AccumulatorResource:
         while self.takers and self.count >= self.takers[0].n:
             w = self.takers.popleft()
             avg = self.sum / self.sum.dtype.type(self.count)
-            self.sum, self.count = None, 0
+            self.sum, self.count, self.workers = None, 0, set()
             self.global_step += 1
             calls.append((w.done, avg))
         return calls

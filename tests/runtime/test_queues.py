@@ -324,3 +324,47 @@ def test_counter_barrier_holds_workers_until_the_chief_releases_them():
     barrier.release(7)
     assert [int(w.result()) for w in workers] == [7, 7]
     assert log == [[1, 2]]
+
+
+def test_an_accumulator_takes_one_gradient_per_worker_and_update_on_every_path():
+    """A worker's second gradient for the same update (a restarted worker running its step again) is
+    dropped like a stale one: the average is the mean of distinct workers' gradients. Gradients applied
+    without a worker (graph files from before workers were named) all count, as before."""
+    acc = dfc.ConditionalAccumulator("float32", [2])
+    g0, g1, g1_again = np.float32([1, 2]), np.float32([3, 6]), np.float32([100, 100])
+
+    def step(a, b, c):
+        acc.set_global_step(0)
+        acc.apply_grad(b, 0, worker="worker:1")
+        acc.apply_grad(c, 0, worker="worker:1")     # the same worker again: dropped
+        acc.apply_grad(a, 0, worker="worker:0")
+        return acc.take_grad(2), acc.num_accumulated()
+    spec = dfc.TensorSpec([2], "float32")
+    avg, left = run_all_modes(dfc.trace(step, spec, spec, spec), g0, g1, g1_again)
+    np.testing.assert_array_equal(avg, (g0 + g1) / 2)
+    assert int(left) == 0
+    # the next update starts a new set of workers: worker:1 counts again
+    acc.apply_grad(g1_again, 1, worker="worker:1")
+    acc.apply_grad(g0, 1)
+    acc.apply_grad(g0, 1)              # anonymous gradients: never taken as duplicates
+    np.testing.assert_allclose(acc.take_grad(3), (g1_again + 2 * g0) / 3)
+
+
+def test_a_graph_file_from_before_named_workers_counts_every_gradient():
+    import json
+    from dfc.ir import serialize
+    acc = dfc.ConditionalAccumulator("float32", [2])
+
+    def step(a, b):
+        acc.set_global_step(0)
+        acc.apply_grad(a, 0, worker="worker:1")
+        acc.apply_grad(b, 0, worker="worker:1")
+        return acc.take_grad(2)
+    spec = dfc.TensorSpec([2], "float32")
+    doc = json.loads(serialize.to_json(dfc.trace(step, spec, spec)))
+    applies = [n for n in doc["nodes"] if n["op"] == "AccumulatorApplyGradient"]
+    assert [n["attrs"].pop("worker") for n in applies] == ["worker:1", "worker:1"]
+    old = serialize.loads(json.dumps(doc))        # no worker attribute: the default, anonymous
+    np.testing.assert_array_equal(dfc.Session(old).call(np.float32([1, 2]), np.float32([3, 4])), [2, 3])
+    with pytest.raises(dfc.DfcError, match="worker must be a non-empty str"):
+        acc.apply_grad(np.float32([1, 2]), 0, worker=3)

@@ -276,7 +276,8 @@ _acc = _checked(AccumulatorResource, "an accumulator")
 @kernel("AccumulatorApplyGradient")
 def _apply_grad(node, xp):
     def f(ctx, a):
-        _acc(a[0], node).apply(host(a[2]), int(host(a[1])), node.name)     # the accumulator sums on the host
+        # the accumulator sums on the host
+        _acc(a[0], node).apply(host(a[2]), int(host(a[1])), node.name, node.attrs.get("worker", ""))
         return ()
     return f
 
