@@ -13,10 +13,14 @@ Variable's handle), so every worker reads and nudges the same parameters.
 - mode="async": each step reads the parameters, computes gradients and applies them through the
   optimizer at once; nobody waits for anybody.
 - mode="sync": each step reads the global step, computes gradients and hands them to a
-  ConditionalAccumulator per Variable (on the Variable's task) tagged with that step, then waits for a
-  token. The chief's update graph takes the average of `replicas_to_aggregate` (m) fresh gradients per
-  Variable, applies it, increments the global step and releases one token per worker: the counter /
-  queue barrier before the next step's reads. With m < n the slowest workers' gradients arrive with an
+  ConditionalAccumulator per Variable (on the Variable's task) tagged with that step and the worker,
+  then waits for a token. The chief's update graph takes the average of `replicas_to_aggregate` (m)
+  fresh gradients per Variable, applies it, increments the global step and puts a token (the new global
+  step) in each worker's token queue: the counter / queue barrier before the next step's reads. Each
+  update averages at most one gradient per worker (a restarted worker's second gradient for a step is
+  dropped like a stale one), and a worker that computed at step s goes on only at a token newer than s:
+  a token left from an update it did not wait for (its process died waiting, or it was a straggler) is
+  dropped, so it never runs ahead of the update its gradient went to. With m < n the slowest workers' gradients arrive with an
   old step and are dropped (backup workers against stragglers); with m = n one step equals a step on
   the concatenated batch (the mean of the workers' mean gradients, for equal shard batches).
 
@@ -120,8 +124,8 @@ class DataParallel:
         if self.mode == "sync":
             self.accumulators = [ConditionalAccumulator(v.dtype, v.shape, name=f"{self.name}_acc_{v.name}",
                                                         device=v.device) for v in vars_]
-            self.tokens = FIFOQueue(1 << 30, "int64", [], name=f"{self.name}_tokens",
-                                    device=f"{self.ps[0]}/cpu:0")
+            self.tokens = {w: FIFOQueue(1 << 30, "int64", [], name=f"{self.name}_tokens_{w.replace(':', '')}",
+                                        device=f"{self.ps[0]}/cpu:0") for w in self.workers}
         scalar = TensorSpec([], "int64")
         for w in self.workers if self.mode == "async" else ():    # all before any step: shards hold them all
             for d in sorted({str(v.device) for v in [self.global_step] + vars_}):
@@ -167,11 +171,19 @@ class DataParallel:
                     list(zip(grads, vars_)), global_step=local))
             else:
                 for acc, g in zip(self.accumulators, grads):
-                    acc.apply_grad(g, local)
-                token = self.tokens.dequeue()      # the barrier: wait for the chief's update of this step
+                    acc.apply_grad(g, local, worker=worker)
+                token = self._wait_for_update(worker, local)
             return loss, token
         step.__name__ = f"train_step_{worker.replace(':', '')}"
         return step
+
+    def _wait_for_update(self, worker, local):
+        """The barrier: the worker's first token newer than `local` (the update its gradient went to, or a
+        later one) or STOP; older tokens are dropped. On ps:0, beside the queue and the global step."""
+        q = self.tokens[worker]
+        with device_scope(f"{self.ps[0]}/cpu:0"):
+            return while_loop(lambda t: ops_api.logical_and(t != STOP, t <= local), lambda t: q.dequeue(),
+                              q.dequeue(), parallel_iterations=1, name=f"{self.name}_wait_{worker.replace(':', '')}")
 
     def _apply_once(self, worker, sid, build):
         """The updates `build()` traces (the optimizer's), the global step's increment and the checkpoint
@@ -272,7 +284,8 @@ class DataParallel:
             self.optimizer.apply_gradients(list(zip(avgs, vars_)), global_step=local)
             new = self.global_step.assign_add(np.int64(1))
             self._save_shards()
-            self.tokens.enqueue_many(ops_api.fill([len(self.workers)], new))
+            for q in self.tokens.values():
+                q.enqueue(new)
             return new
         update.__name__ = f"{self.name}_chief_update"
         return update
@@ -282,7 +295,8 @@ class DataParallel:
         def chief_loop(target):
             s = while_loop(lambda s: s < target, lambda s: update(), self.global_step.read_value(),
                            parallel_iterations=1, name=f"{self.name}_update_loop")
-            self.tokens.enqueue_many(ops_api.fill([len(self.workers)], np.int64(STOP)))
+            for q in self.tokens.values():
+                q.enqueue(np.int64(STOP))
             return s
         chief_loop.__name__ = f"{self.name}_chief_loop"
         return chief_loop
@@ -358,10 +372,16 @@ class DataParallel:
         self.drain_tokens()
 
     def drain_tokens(self):
-        """Drop the tokens left in the sync queue (by an earlier run's last release or a failed step)."""
-        left = int(self.tokens.size())
-        if left:
-            self.tokens.dequeue_many(left)
+        """Drop the tokens left in the sync queues (by an earlier run's last release or a failed step)."""
+        for q in self.tokens.values():
+            left = int(q.size())
+            if left:
+                q.dequeue_many(left)
+
+    def release_all(self, token):
+        """Put `token` in every worker's queue (STOP: each waiting worker's step ends)."""
+        for q in self.tokens.values():
+            q.enqueue(np.int64(token))
 
     def run(self, shards, steps, batch_size=None, delays=None, on_step=None, restart_failed=False):
         """Train for `steps` updates; see dfc/compiler/data_parallel_run.py (`run`) for the details."""

@@ -209,7 +209,7 @@ def run(dp, shards, steps, batch_size=None, delays=None, on_step=None, restart_f
         stop.set()
         if dp.mode == "sync":       # let every waiting worker finish: one STOP token each
             try:
-                dp.tokens.enqueue_many(np.full(n, STOP, np.int64))
+                dp.release_all(STOP)
             except DfcError:        # the queue's task is dead: its waiting workers failed already
                 pass
         for t in threads:

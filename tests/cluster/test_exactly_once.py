@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 import dfc
+from dfc.compiler.data_parallel import STOP
 from tests.clustertools import cluster
-from tests.cluster.test_data_parallel import data, linear_dp
+from tests.cluster.test_data_parallel import data, linear_dp, single_process_sgd
+from tests.threadtools import Background, until
 
 pytestmark = pytest.mark.xdist_group("ray")
 SHARDS = [data(41, 64), data(42, 64)]
@@ -131,3 +133,47 @@ def test_sync_mode_with_a_killed_worker_makes_exactly_the_asked_updates():
     out = dp.run(SHARDS, steps=20, batch_size=16, on_step=on_step, restart_failed=True)
     ensure_alive(c, "worker:1")
     assert killed and out["updates"] - start == 20
+
+
+def test_sync_counts_a_restarted_workers_gradient_once_and_it_waits_for_the_update_it_went_to():
+    """Sync with m = n = 2, the workers' steps driven one by one: worker:1 dies waiting for its token after
+    its gradient reached the accumulators and runs the step again (a second gradient for the same update:
+    dropped); the update is the mean of the two workers' gradients. Then the token of that update, left in
+    worker:1's queue, does not release its next step before the next update. Both updates equal SGD on
+    the concatenated batch."""
+    c = cluster()
+    dp, w, b = linear_dp(c, mode="sync", name="eo_sync_once")
+    (x0, y0), (x1, y1) = [(x[:16], y[:16]) for x, y in SHARDS]
+    w0_step, w1_step = dp.sessions
+    sid = np.int64(0)      # step ids are for async mode
+
+    def gradients_in():
+        return int(dp.accumulators[-1].num_accumulated())    # the last one a step applies to
+
+    t1 = Background(lambda: w1_step.call(x1, y1, sid))
+    until(lambda: gradients_in() == 1)
+    os.kill(c.pid("worker:1"), signal.SIGKILL)
+    with pytest.raises(dfc.DfcError, match="worker:1 died"):
+        t1.result()
+    c.restart("worker:1")
+    dp.tokens["worker:1"].enqueue(np.int64(STOP))       # lets the rerun return once its gradient is applied
+    assert int(w1_step.call(x1, y1, sid)[1]) == STOP
+    t0 = Background(lambda: w0_step.call(x0, y0, sid))
+    until(lambda: gradients_in() == 2)
+    assert int(dp.chief.call()) == 1
+    assert int(t0.result()[1]) == 1
+    want = single_process_sgd([(x0, y0), (x1, y1)], 1, 0.05)
+    np.testing.assert_allclose(w.numpy(), want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b.numpy(), want[1], rtol=1e-5, atol=1e-6)
+
+    assert int(dp.tokens["worker:1"].size()) == 1         # update 1's token: worker:1 did not wait for it
+    t1 = Background(lambda: w1_step.call(x1, y1, sid))
+    until(lambda: t1.done() or (gradients_in() == 1 and int(dp.tokens["worker:1"].size()) == 0))
+    assert not t1.done()        # computed at step 1, it waits for update 2 (it cannot end before the chief's call)
+    t0 = Background(lambda: w0_step.call(x0, y0, sid))
+    until(lambda: gradients_in() == 2)
+    assert int(dp.chief.call()) == 2
+    assert int(t0.result()[1]) == 2 and int(t1.result()[1]) == 2
+    want = single_process_sgd([(x0, y0), (x1, y1)], 2, 0.05)
+    np.testing.assert_allclose(w.numpy(), want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b.numpy(), want[1], rtol=1e-5, atol=1e-6)
