@@ -20,14 +20,16 @@ Variable's handle), so every worker reads and nudges the same parameters.
   update averages at most one gradient per worker (a restarted worker's second gradient for a step is
   dropped like a stale one), and a worker that computed at step s goes on only at a token newer than s:
   a token left from an update it did not wait for (its process died waiting, or it was a straggler) is
-  dropped, so it never runs ahead of the update its gradient went to. With m < n the slowest workers' gradients arrive with an
-  old step and are dropped (backup workers against stragglers); with m = n one step equals a step on
-  the concatenated batch (the mean of the workers' mean gradients, for equal shard batches).
+  dropped, so it never runs ahead of the update its gradient went to. With m < n the slowest workers'
+  gradients arrive with an old step and are dropped (backup workers against stragglers); with m = n
+  one step equals a step on the concatenated batch (the mean of the workers' mean gradients, for
+  equal shard batches). Accumulators are not checkpointed: a restored ps task's start empty at the
+  restored step (and an accumulator whose step moves back drops its sum with its set of workers).
 
 The training loop is either a Python loop of steps (`compile(..., loop="python")`, one Session call
 per step) or the paper's in-graph loop (`loop="graph"`): each worker's whole loop, minibatch slicing
 included, is one dfc.while_loop and one call; in sync mode the chief's updates are a loop too, and the
-workers' loops end at the stop token the chief enqueues after its last update.
+workers' loops end at the stop token the chief enqueues (to each worker) after its last update.
 
 `dp.global_step` is a Variable on the first ps task; a learning-rate schedule
 (`dfc.train.exponential_decay`) reads it in the step. Checkpoints: with `checkpoint_every=k` and/or

@@ -7,7 +7,9 @@ Failures (course note, "checkpoints and recovery"):
   (workers hold no state: the parameters live on the ps tasks). In async mode every worker step has an
   id and each ps device applies a step id at most once (ApplyOnce, all of the step's updates there or
   none), so a worker killed after its update reached the ps does not apply that step again: its loss is
-  NaN in the result and it goes on with its next step;
+  NaN in the result and it goes on with its next step. In sync mode the restarted worker runs its step
+  again; the accumulators drop its second gradient for an update that has its first, and it goes on
+  only at a token of an update after the step it read (see DataParallel);
 - a dead ps task stops every step that touches it with a DfcError naming it. Without restart_failed
   that error ends the run. With restart_failed=True the chief pauses new steps, restarts the task,
   restores its newest shard (losing the updates made since; a task with no shard yet starts from the

@@ -177,3 +177,25 @@ def test_sync_counts_a_restarted_workers_gradient_once_and_it_waits_for_the_upda
     want = single_process_sgd([(x0, y0), (x1, y1)], 2, 0.05)
     np.testing.assert_allclose(w.numpy(), want[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(b.numpy(), want[1], rtol=1e-5, atol=1e-6)
+
+
+def test_sync_training_with_a_worker_killed_after_its_gradient_arrived_equals_exactly_once_sgd():
+    """dp.run, sync with m = n = 2 on whole shards: every update must be the mean of the two workers'
+    gradients at the same parameters, so the run equals SGD on the concatenated batch. worker:1 is killed
+    while its step-4 gradient waits in the accumulators (worker:0 is held until then) and rejoins."""
+    c = cluster()
+    steps = 8
+    dp, w, b = linear_dp(c, mode="sync", name="eo_sync_run")
+    killed = []
+
+    def on_step(k, i, _loss):
+        if k == 0 and i == 3 and not killed:      # worker:0 cannot apply its step 4 before this returns
+            until(lambda: int(dp.accumulators[-1].num_accumulated()) == 1)    # worker:1's step 4
+            killed.append(c.pid("worker:1"))
+            os.kill(killed[0], signal.SIGKILL)
+    out = dp.run(SHARDS, steps=steps, on_step=on_step, restart_failed=True)
+    ensure_alive(c, "worker:1")
+    assert killed and "worker:1" in out["failed"] and out["updates"] == steps
+    want = single_process_sgd(SHARDS, steps, 0.05)
+    np.testing.assert_allclose(w.numpy(), want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b.numpy(), want[1], rtol=1e-5, atol=1e-6)
