@@ -168,10 +168,16 @@ def _itemsize(dtype):
     return np.dtype(dtype).itemsize
 
 
-def _isz(x):
-    """Bytes per element of kernel input x (an array, a numpy or a Python scalar)."""
+def _dtype(x):
+    """The dtype of kernel input x (an array on any device, a numpy or a Python scalar), read without
+    converting a device array to numpy (cupy refuses that)."""
     dtype = getattr(x, "dtype", None)
-    return dtype.itemsize if dtype is not None else np.asarray(x).dtype.itemsize
+    return dtype if dtype is not None else np.asarray(x).dtype
+
+
+def _isz(x):
+    """Bytes per element of kernel input x."""
+    return _dtype(x).itemsize
 
 
 def _shape(x):
@@ -223,7 +229,7 @@ def _pad(node, a):
 
 def _einsum(node, a):
     shape = opreg.einsum_shape(node.attrs["equation"], [_shape(x) for x in a])
-    return math.prod(shape) * np.result_type(*[getattr(x, "dtype", np.asarray(x).dtype) for x in a]).itemsize
+    return math.prod(shape) * np.result_type(*[_dtype(x) for x in a]).itemsize
 
 
 def _take_along_axis(node, a):
