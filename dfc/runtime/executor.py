@@ -26,12 +26,12 @@ reference counted from the node that makes it until its last consumer is done.
 """
 import collections
 import contextlib
-import os
 import queue
 import sys
 
 import numpy as np
 
+from dfc import config
 from dfc.errors import DfcDeadlockError, DfcError, DfcRuntimeError, DfcInputError
 from dfc.ir import dtypes as dt
 from dfc.ir import ops as opreg
@@ -179,7 +179,7 @@ class Plan:
                     self.root_inline = self.root_inline or self.root_program is not rp
         self.chains, self.pooled = {}, ()       # pooled: chains that go to the pool whatever their inputs' size
         if overlap and not self.mem_accounting and (device is None or not device.device_arrays) and \
-                os.environ.get("DFC_CHAINS", "1").strip().lower() not in ("0", "false", "no", "off"):
+                config.env("DFC_CHAINS"):
             self._chains()
 
     def _chains(self):

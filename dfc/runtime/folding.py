@@ -20,16 +20,16 @@ Sessions fold the graph of a single-device fused run (the default); the unfused 
 interpreter run the graph as written, so the test matrix compares the two. $DFC_FOLD_CONSTANTS=0 turns it
 off.
 """
-import os
 
 import numpy as np
 
+from dfc import config
 from dfc.ir import ops as opreg
 from dfc.ir.graph import Graph, Node, parse_input
 
 MAX_ELEMENTS = 1 << 16
 MAX_BYTES = MAX_ELEMENTS * 16      # what folding may allocate for one node (a kept value, with temporaries)
-ENABLED = os.environ.get("DFC_FOLD_CONSTANTS", "1") not in ("0", "false", "no", "off")
+ENABLED = config.env("DFC_FOLD_CONSTANTS")
 
 
 def fold(graph, keep=(), memory_limit=None):

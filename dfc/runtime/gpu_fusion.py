@@ -30,10 +30,10 @@ error is real) and stays unfused from then on (`Chain.broken` says why).
 Off with DFC_FUSE_ELEMENTWISE=0 (read when a Session builds its plans); never on cpu/accel devices
 (numpy), under a memory_limit (the per-kernel checks) or in traced builds (one span per kernel).
 """
-import os
 
 import numpy as np
 
+from dfc import config
 from dfc.runtime import emit as E
 from dfc.runtime.limits import kernel_error
 
@@ -69,7 +69,7 @@ _PASS = frozenset({"Identity", "StopGradient"})     # members that launch nothin
 
 def enabled():
     """False when DFC_FUSE_ELEMENTWISE is 0/false/no/off."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return config.env(ENV)
 
 
 def wanted(plan):

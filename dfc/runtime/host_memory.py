@@ -18,6 +18,8 @@ import ctypes
 import os
 import threading
 
+from dfc import config
+
 MMAP_THRESHOLD = 256 << 20
 TRIM_THRESHOLD = 1 << 30
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3        # glibc's <malloc.h>
@@ -42,7 +44,7 @@ def keep_freed_memory(environ=None):
     with _lock:
         if _state is not None:
             return _state
-        if environ.get("DFC_MALLOC_TUNING", "1").strip().lower() in ("0", "false", "no", "off"):
+        if not config.env("DFC_MALLOC_TUNING", environ):
             _state = "the C library's malloc as it is (DFC_MALLOC_TUNING=0)"
         elif _own_settings(environ):
             _state = "glibc malloc as the environment tunes it"

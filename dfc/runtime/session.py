@@ -47,6 +47,7 @@ import weakref
 
 import numpy as np
 
+from dfc import config
 from dfc import nest
 from dfc.errors import DfcInputError, DfcError
 from dfc.ir import dtypes as dt
@@ -64,20 +65,14 @@ OBJECT_STORE_BYTES = 256 << 10
 
 
 def default_mode():
-    return os.environ.get("DFC_EXECUTOR", "threads")
+    return config.env("DFC_EXECUTOR")
 
 
 def default_num_threads():
     """The kernel pool's size when a Session does not give num_threads: $DFC_NUM_THREADS if set, else the
     number of cores this process may run on (0 runs every kernel inline on the scheduler thread)."""
-    env = os.environ.get("DFC_NUM_THREADS")
-    if env is not None and env.strip():
-        try:
-            n = int(env)
-        except ValueError:
-            raise DfcError(f"DFC_NUM_THREADS must be an integer >= 0, got {env!r}") from None
-        if n < 0:
-            raise DfcError(f"DFC_NUM_THREADS must be an integer >= 0, got {env!r}")
+    n = config.env("DFC_NUM_THREADS")
+    if n is not None:
         return n
     try:
         return len(os.sched_getaffinity(0))
@@ -113,8 +108,7 @@ class Session:
         # compiled when the machine code is in the disk cache; False never compiles. DFC_COMPILE_LOOPS=
         # 1/auto/0 sets the default.
         if compile_loops is None:
-            env = os.environ.get("DFC_COMPILE_LOOPS", "auto").strip().lower()
-            compile_loops = "auto" if env in ("", "auto") else env not in ("0", "false", "no", "off")
+            compile_loops = config.env("DFC_COMPILE_LOOPS")
         if compile_loops not in (True, False, "auto"):
             raise DfcError(f"compile_loops must be True, False or 'auto', not {compile_loops!r}")
         self.compile_loops = compile_loops if self.fuse_loops else False

@@ -20,10 +20,10 @@ nothing) used by a MatMul directly in the loop's body (not in a cond branch or
 an inner loop, so it runs exactly once per iteration), both operands 2-D (a 1-D
 operand of dfc.matmul is a 1-row or 1-column matrix in the graph).
 """
-import os
 
 import numpy as np
 
+from dfc import config
 from dfc.ir.dtypes import FLOATS, TType
 from dfc.ir.graph import parse_input
 from dfc.compiler import ops_api
@@ -38,7 +38,7 @@ MIN_WEIGHT_ELEMENTS = 1 << 16
 
 def enabled():
     """Whether the rewrite applies (environment variable DFC_BATCH_LOOP_GRADS, default on)."""
-    return os.environ.get("DFC_BATCH_LOOP_GRADS", "1").strip().lower() not in ("0", "false", "no", "off")
+    return config.env("DFC_BATCH_LOOP_GRADS")
 
 
 class Deferred:

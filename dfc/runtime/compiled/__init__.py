@@ -22,19 +22,19 @@ that), or whose machine code is in the disk cache already. $DFC_COMPILE_BUDGET (
 one process spends compiling (frames already in the disk cache do not count); past it, new frames stay
 fused (the test suite sets it: every test runs its loops compiled, within a bounded time).
 """
-import os
 import threading
 import time
 
 import numpy as np
 
+from dfc import config
 from dfc.runtime.compiled.resources import Resources, arg as _arg
 from dfc.runtime.values import DEAD
 
 _stats_lock = threading.Lock()
 _STATS = []     # one dict per compile: frame, key, seconds, cached, types
 AUTO_SECONDS = 0.5
-_budget = {"left": float(os.environ.get("DFC_COMPILE_BUDGET") or "inf")}
+_budget = {"left": config.env("DFC_COMPILE_BUDGET")}
 
 
 def stats():

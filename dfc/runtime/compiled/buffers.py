@@ -34,13 +34,13 @@ npcall.matmul_into). A size that differs from the static one at run time raises,
 replays the frame. $DFC_COMPILED_BUFFERS=0 turns buffers off (a benchmark's baseline).
 """
 import math
-import os
 
+from dfc import config
 from dfc.runtime import emit as E
 from dfc.runtime.fused import EXIT, NEXT, SWITCH
 from dfc.runtime.kernels.lowering import scalar_type
 
-ENABLED = os.environ.get("DFC_COMPILED_BUFFERS", "1") != "0"
+ENABLED = config.env("DFC_COMPILED_BUFFERS")
 RESHAPES = frozenset({"Reshape", "ExpandDims", "Squeeze"})     # lowered as views of their input (H.reshape)
 VIEWS = RESHAPES | {"Identity", "StopGradient"}                 # their input, or a view of it
 REDUCTIONS = frozenset({"Sum", "Prod", "Max", "Min", "All", "Any", "Mean"})

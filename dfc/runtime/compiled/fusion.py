@@ -21,8 +21,8 @@ the frame and names the node, as for any compiled frame.
 
 $DFC_COMPILED_FUSION=0 turns grouping off (every op computed on its own, as a benchmark's baseline).
 """
-import os
 
+from dfc import config
 from dfc.runtime import emit as E
 from dfc.runtime.fused import ENTER, EXIT, MERGE, NEXT, SWITCH
 from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type as st
@@ -36,7 +36,7 @@ def _scalar(t):
     return e
 
 
-ENABLED = os.environ.get("DFC_COMPILED_FUSION", "1") != "0"
+ENABLED = config.env("DFC_COMPILED_FUSION")
 
 
 class Fusion:

@@ -19,13 +19,13 @@ unrolled conds minutes and gigabytes), while its
 frames compiled one by one cost what they cost anyway. $DFC_COMPILE_ROOT=0 turns whole-run compiling off
 (loop frames still compile one by one).
 """
-import os
 
+from dfc import config
 from dfc.runtime import emit as E
 from dfc.runtime.compiled.codegen import Analyses, Blocked, FrameSource, head, module
 
 MAX_LINES = 2000
-ENABLED = os.environ.get("DFC_COMPILE_ROOT", "1") not in ("0", "false", "no", "off")
+ENABLED = config.env("DFC_COMPILE_ROOT")
 
 
 class RootSource(FrameSource):

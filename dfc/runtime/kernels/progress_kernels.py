@@ -17,11 +17,11 @@ when the run ends. Between runs the display stops: a bar that finished is
 dropped, one that did not goes on in the next run. Outside any run (eager
 mode) the default decides, and the display stops when a bar is full.
 """
-import os
 import sys
 import threading
 import time
 
+from dfc import config
 from dfc.runtime.kernels.registry import host, kernel
 
 ENV = "DFC_PROGRESS"
@@ -116,10 +116,8 @@ def display_for_run(option=None):
     """The display a run updates, or None (bars off). option: True (on), False (off), None (on when stderr
     is a terminal; DFC_PROGRESS=1/0 decides instead when set)."""
     if option is None:
-        env = os.environ.get(ENV, "").strip()
-        if env in ("0", "1"):
-            option = env == "1"
-        else:
+        option = config.env(ENV)
+        if option == "auto":
             isatty = getattr(sys.stderr, "isatty", None)
             option = bool(isatty and isatty())
     return display() if option else None

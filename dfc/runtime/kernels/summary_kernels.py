@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from dfc import config
 from dfc.errors import DfcError, DfcRuntimeError
 from dfc.runtime.kernels.registry import host, kernel
 
@@ -162,7 +163,7 @@ def writer_for_run(summary_dir=None):
     w = default_writer()
     if w is not None:
         return w
-    env = os.environ.get(ENV)
+    env = config.env(ENV)
     return writer(env) if env else None
 
 
