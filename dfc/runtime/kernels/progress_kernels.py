@@ -114,7 +114,7 @@ def display():
 
 def display_for_run(option=None):
     """The display a run updates, or None (bars off). option: True (on), False (off), None (on when stderr
-    is a terminal; DFC_PROGRESS=1/0 decides instead when set)."""
+    is a terminal; DFC_PROGRESS decides instead when set to on or off, see dfc/config.py)."""
     if option is None:
         option = config.env(ENV)
         if option == "auto":
