@@ -292,8 +292,8 @@ def parse_liveness_timeout(value=None):
         seconds = float(value)
     except (TypeError, ValueError):
         seconds = math.nan
-    if not (seconds > 0 and math.isfinite(seconds)):
+    ok, what = SETTINGS[LIVENESS_ENV].valid       # the same rule as the environment variable's
+    if not ok(seconds):
         from dfc.errors import DfcError
-        raise DfcError(f"liveness_timeout={value!r}: use a positive number of seconds (default "
-                       f"{DEFAULT_LIVENESS_TIMEOUT:g})")
+        raise DfcError(f"liveness_timeout={value!r}: use {what} (default {DEFAULT_LIVENESS_TIMEOUT:g})")
     return seconds
