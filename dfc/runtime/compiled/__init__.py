@@ -211,7 +211,7 @@ def compile_programs(plan, programs, blocked=None, policy=True):
     from dfc.errors import DfcError
     from dfc.runtime.compiled.codegen import Blocked, FrameSource
     from dfc.runtime.fused import FrameIndex
-    from dfc.runtime.kernels import array_lower, math_lower, state_lower  # noqa: F401 — register the lowerings
+    from dfc.runtime.kernels import array_lower, math_lower, random_lower, state_lower  # noqa: F401 — register
     try:
         types = plan.graph.infer_types()
     except DfcError as e:
@@ -241,7 +241,7 @@ def compile_root(plan, root, index, policy=True):
     from dfc.runtime.compiled.codegen import Blocked
     from dfc.runtime.compiled import root as whole
     from dfc.runtime.compiled.root import RootSource
-    from dfc.runtime.kernels import array_lower, math_lower, state_lower  # noqa: F401 — register the lowerings
+    from dfc.runtime.kernels import array_lower, math_lower, random_lower, state_lower  # noqa: F401 — register
     if not whole.ENABLED:
         plan.root_blocked = Blocked(None, "DFC_COMPILE_ROOT=0")
         return root

@@ -283,17 +283,6 @@ def _squeeze(e):
     return [E.fmt("H.reshape({}, ({}))", x, E.items(keep))]
 
 
-@lowering("RandomUniform", "RandomNormal")
-def _random(e):
-    """The kernel itself, called from compiled code (object mode): numba's generators cannot reproduce
-    numpy's default_rng seeded by (seed, node, run, iteration), so the numbers are the fused path's."""
-    if e.ins[0].ndim != 1:
-        raise Unsupported("a random shape that is not a 1-D tensor")
-    out = e.tmp()
-    e.kernel_call(out, e.args)
-    return [out]
-
-
 @lowering("OneHot")
 def _one_hot(e):
     at, t, out = e.node.attrs, e.ins[0], e.outs[0]
