@@ -97,6 +97,32 @@ def is_device_array(v):
     return hasattr(v, "__cuda_array_interface__") or getattr(type(v), "__dfc_device_array__", False)
 
 
+def fed(v):
+    """A device array a caller passes in, as a Sent ordered after the work queued on the caller's current
+    stream: dfc's streams are non-blocking, so they would not wait for that work by themselves."""
+    xp = _module_of(v)
+    with xp.cuda.Device(v.device.id):
+        ev = xp.cuda.Event(block=False, disable_timing=True)
+        ev.record(xp.cuda.get_current_stream())
+    return Sent(v, ev)
+
+
+def on_host(v):
+    """A host copy of a fed device value (a Sent or a device array); other values as they are."""
+    if isinstance(v, Sent):
+        if v.event is not None:
+            v.event.synchronize()
+        v = v.value
+    return v.get() if is_device_array(v) else v
+
+
+def _module_of(v):
+    if getattr(type(v), "__dfc_device_array__", False):
+        from dfc.runtime import strict
+        return strict.xp
+    return _cupy()
+
+
 class Sent:
     """What a Send of a device value puts in the rendezvous: the value and an event recorded after the work
     that produces it; the receiving device waits on the event before it copies the value."""

@@ -53,7 +53,7 @@ from dfc.errors import DfcInputError, DfcError
 from dfc.ir import dtypes as dt
 from dfc.ir import structure
 from dfc.ir.graph import parse_input
-from dfc.runtime import checkpoints, containers, folding, host_memory, reference
+from dfc.runtime import checkpoints, containers, devices, folding, host_memory, reference
 from dfc.runtime.executor import Plan, Run, KernelContext, default_printer, Transport, PartitionedRun, check_fetches
 from dfc.runtime.limits import MemoryLimit
 from dfc.traceback_filter import api_boundary
@@ -252,13 +252,14 @@ class Session:
                 feeds = {k: dev.to_device(v) for k, v in feeds.items()}
                 with dev.run_context():
                     return Run(plan, feeds, self._context(dev), None).execute()
+            feeds = {k: devices.on_host(v) for k, v in feeds.items()}
             return Run(plan, feeds, self._context(dev), self._get_pool()).execute()
         from dfc.runtime.rendezvous import Rendezvous, Coordinator
         rv, coord = Rendezvous(), Coordinator(list(plan.plans))
         runs = {}
         for d, p in plan.plans.items():
             dev = p.device
-            mine = {k: (dev.to_device(v) if dev.device_arrays else v) for k, v in feeds.items()
+            mine = {k: (dev.to_device(v) if dev.device_arrays else devices.on_host(v)) for k, v in feeds.items()
                     if k in plan.feeds_of[d]}
             pool = None if dev.device_arrays else self._get_pool()   # GPU kernels are queued on its stream
             runs[d] = Run(p, mine, self._context(dev), pool, Transport(d, rv, coord))
@@ -378,6 +379,11 @@ class Session:
     def _run(self, fetches, feeds, targets):
         """run() with feeds checked and converted already: node name -> value."""
         flat = [f if ":" in f else f + ":0" for f in nest.flatten(fetches)]
+        if any(devices.is_device_array(v) for v in feeds.values()):
+            # cupy arrays the caller made: each waits for the work on the caller's current stream
+            feeds = {k: devices.fed(v) if devices.is_device_array(v) else v for k, v in feeds.items()}
+            if self.mode == "reference" or getattr(self.plan(flat, feeds.keys(), tuple(targets)), "remote", None):
+                feeds = {k: devices.on_host(v) for k, v in feeds.items()}
         if self.mode == "reference":
             with self._lock:
                 self.run_count += 1
@@ -505,7 +511,10 @@ def _to_numpy(v):
 
 
 def convert_input(value, dtype, shape, name, what="input"):
-    """numpy value of `dtype` for an input; only value-preserving conversions are allowed."""
+    """numpy value of `dtype` for an input; only value-preserving conversions are allowed. A cupy array
+    (on a GPU) is taken as it is, without a copy, if its dtype is the input's."""
+    if devices.is_device_array(value):
+        return _device_input(value, dtype, shape, name, what)
     try:
         arr = np.asarray(value)
     except Exception as e:   # noqa: BLE001 — any object numpy cannot take is a bad input
@@ -523,6 +532,22 @@ def convert_input(value, dtype, shape, name, what="input"):
             raise DfcInputError(f"{what} {name!r}: expected {dtype}, got {arr.dtype} (converting would change "
                                 f"the values)")
         arr = conv
+    _check_shape(arr, shape, name, what)
+    return arr
+
+
+def _device_input(value, dtype, shape, name, what):
+    if not hasattr(value, "get"):
+        raise DfcInputError(f"{what} {name!r}: {type(value).__name__} is a CUDA array dfc does not take directly; "
+                            f"pass cupy.asarray(value) (no copy) or a numpy array")
+    if value.dtype != dtype:
+        raise DfcInputError(f"{what} {name!r}: expected {dtype}, got a device array of {value.dtype} (device arrays "
+                            f"are not converted implicitly: pass value.astype({str(np.dtype(dtype))!r}))")
+    _check_shape(value, shape, name, what)
+    return value
+
+
+def _check_shape(arr, shape, name, what):
     if shape is not None:
         if arr.ndim != len(shape):
             raise DfcInputError(f"{what} {name!r}: expected rank {len(shape)} {dt.format_shape(shape)}, "
@@ -531,7 +556,6 @@ def convert_input(value, dtype, shape, name, what="input"):
             if want is not None and want != got:
                 raise DfcInputError(f"{what} {name!r}: dimension {d} must be {want}, got {got} "
                                     f"(shape {list(arr.shape)})")
-    return arr
 
 
 class _Partitioned:
