@@ -1,0 +1,20 @@
+"""Prototype: a whole run of a graph lowered to XLA through jax.jit (loop frames -> lax.while_loop,
+gradient stacks -> preallocated buffers re-run larger when a loop outruns them, Variables in and out).
+
+JAX is optional: nothing here is imported until `to_jax` is called, and then it enables 64-bit types in
+JAX (process-wide, as `jax.config.update("jax_enable_x64", True)` does) because dfc computes in float64
+and int64 where the graph says so.
+"""
+
+
+def to_jax(graph):
+    """An XlaProgram (dfc/runtime/xla/program.py) for `graph`'s signature: call it like the graph.
+    Raises NotLowerable (a DfcGraphError) naming the node when the prototype cannot express the graph."""
+    try:
+        import jax
+    except ImportError as e:
+        from dfc.errors import DfcError
+        raise DfcError("the XLA prototype needs jax (pip install 'jax[cpu]')") from e
+    jax.config.update("jax_enable_x64", True)
+    from dfc.runtime.xla.program import XlaProgram
+    return XlaProgram(graph)

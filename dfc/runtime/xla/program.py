@@ -1,0 +1,115 @@
+"""XlaProgram: a graph's signature run as one jax.jit-compiled function (see lower.py for the lowering)."""
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from dfc.errors import DfcRuntimeError
+from dfc.ir import structure
+from dfc.runtime import containers
+from dfc.runtime.executor import Plan
+from dfc.runtime.fused import FrameIndex
+from dfc.runtime.session import convert_input
+from dfc.runtime.xla.lower import Analysis, Lowerer, var_key
+
+INITIAL_CAPACITY = 64     # entries per stack before the first re-run; then the next power of two that fits
+
+
+class XlaProgram:
+    """`program(*inputs)` runs the graph's signature like `Session(graph).call(*inputs)`.
+
+    One compiled function per (input shapes and dtypes, Variables present, stack capacities). When a loop
+    pushes more than a stack's capacity, the run is repeated with the capacity raised to the next power of
+    two above the high-water mark (`reruns` counts them); later calls keep the larger capacities.
+    `jitted(feeds, variables)` is the traced function of the current capacities, for timing without the
+    numpy conversions.
+    """
+
+    def __init__(self, graph):
+        sig = graph.signature
+        self.graph, self.inputs = graph, sig.get("inputs", [])
+        self.outputs = sig.get("outputs")
+        refs = [leaf["ref"] for leaf in structure.leaves(self.outputs)]
+        self.plan = p = Plan(graph, refs, [s["node"] for s in self.inputs], tuple(sig.get("targets", [])))
+        self.analysis = Analysis(p, FrameIndex(p))
+        self.types = graph.infer_types()
+        self.caps = {i: INITIAL_CAPACITY for i, n in enumerate(p.nodes) if n.op == "StackV2"}
+        self.variables = {var_key(n): n for n in p.nodes if n.op == "VarHandle"}
+        self.reruns = 0
+        self._avals, self._fns = {}, {}
+
+    # ------------------------------------------------------------------ tracing
+    def _trace(self, caps, avals, discover, feeds, variables):
+        low = Lowerer(self.plan, self.analysis, self.types, dict(caps), avals, discover)
+        low.feed_names = [s["node"] for s in self.inputs]
+        outs, lives, state = low.run(feeds, variables)
+        highs = {k: v[2] for k, v in state.items() if k.startswith("s")}
+        new_vars = {k: v for k, v in state.items() if k.startswith("v:")}
+        return outs, lives, new_vars, state["under"], highs
+
+    def _function(self, feeds, variables):
+        sig = (tuple((f.shape, f.dtype.str) for f in feeds), tuple(sorted((k, v.shape, v.dtype.str)
+                                                                          for k, v in variables.items())))
+        avals = self._avals.get(sig)
+        if avals is None:        # the abstract pass: what each stack holds
+            avals = {}
+            jax.eval_shape(lambda f, v: self._trace((), avals, True, f, v), feeds, variables)
+            self._avals[sig] = avals
+        key = (sig, tuple(sorted(self.caps.items())))
+        fn = self._fns.get(key)
+        if fn is None:
+            caps = tuple(sorted(self.caps.items()))
+            fn = self._fns[key] = jax.jit(lambda f, v: self._trace(caps, avals, False, f, v))
+        return fn
+
+    # ------------------------------------------------------------------ calling
+    def feeds(self, *args):
+        if len(args) != len(self.inputs):
+            raise DfcRuntimeError(f"{len(self.inputs)} inputs expected, got {len(args)}")
+        return [convert_input(a, s["dtype"], s.get("shape"), s["name"]) for a, s in zip(args, self.inputs)]
+
+    def _variables(self):
+        out = {}
+        for key, n in self.variables.items():
+            r = containers.get(n.attrs.get("container", "")).lookup(n.attrs["shared_name"])
+            if isinstance(r, containers.VariableResource):
+                out[key] = r.read()
+        return out
+
+    def jitted(self, feeds, variables=None):
+        variables = self._variables() if variables is None else variables
+        return self._function(feeds, variables)
+
+    def __call__(self, *args):
+        feeds = self.feeds(*args)
+        variables = self._variables()
+        while True:
+            outs, lives, new_vars, under, highs = self._function(feeds, variables)(feeds, variables)
+            highs = {k: int(v) for k, v in highs.items()}
+            over = {int(k[1:]): h for k, h in highs.items() if h > self.caps[int(k[1:])]}
+            if not over:
+                break
+            for s, h in over.items():
+                self.caps[s] = 1 << (h - 1).bit_length()
+            self.reruns += 1
+        if bool(under):
+            raise DfcRuntimeError("pop from an empty stack")
+        for (i, _), lv in zip(self.plan.fetches, lives):
+            if not bool(lv):
+                raise DfcRuntimeError("fetched value is dead (it comes from a branch that was not taken)",
+                                      node=self.plan.nodes[i].name)
+        for key, v in new_vars.items():      # Variables out: the container holds what the run assigned
+            n = self.variables[key]
+            value = np.asarray(v)
+            r = containers.get(n.attrs.get("container", "")).variable(n.attrs["shared_name"], lambda: value,
+                                                                     node=n.name)
+            r.assign(value)
+        values = [np.asarray(o) for o in outs]
+        return structure.pack(self.outputs, values)
+
+
+def block(x):
+    return jax.block_until_ready(x)
+
+
+__all__ = ["XlaProgram", "block", "jnp"]
