@@ -15,9 +15,8 @@ def loop(n, reps):
     return {"iterations_per_s": n / timed(lambda: f(n).block_until_ready(), reps)}
 
 
-def lstm(H, B, T, reps, grads_out):
-    x, W, b = make_inputs(H, B, T)
-
+def lstm_value_and_grad(H, B):
+    """jit(value_and_grad) of the LSTM loss: f(W, b, x) -> (loss, (dW, db))."""
     def loss_fn(W, b, x):
         def step(carry, xt):
             h, c = carry
@@ -29,7 +28,12 @@ def lstm(H, B, T, reps, grads_out):
             return (h, c), h.sum()
         (h, c), sums = jax.lax.scan(step, (jnp.zeros((B, H)), jnp.zeros((B, H))), x)
         return sums.sum() + (h * h).sum()
-    g = jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1)))
+    return jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1)))
+
+
+def lstm(H, B, T, reps, grads_out):
+    x, W, b = make_inputs(H, B, T)
+    g = lstm_value_and_grad(H, B)
     loss, (dW, db) = g(W, b, x)
     np.savez(grads_out, dW=np.asarray(dW), db=np.asarray(db))
     t = timed(lambda: jax.block_until_ready(g(W, b, x)), reps)
