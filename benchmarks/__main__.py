@@ -1,14 +1,16 @@
 """Run every benchmark, write benchmarks/results/latest.json and benchmarks/results/table.md.
 
     pip install -e '.[bench]'          # jax and torch (CPU) for the comparisons
-    python -m benchmarks [--quick] [--only trivial,ode,hmc,gru,fixed,lstm,unroll,pi,loop,devices,swap]
+    python -m benchmarks [--quick] [--only research,trivial,ode,hmc,gru,fixed,lstm,unroll,pi,loop,devices,swap]
                          [--install-competitors]     # TensorFlow too, in benchmarks/.venv-competitors
 
 Each workload is written the natural way in each system and run in the same process, timed
 round-robin until the spread is known (benchmarks/harness.py); the table gives median, p25-p75 and
 min-max over the repeats, and the conditions (cores, BLAS threads, versions, load) it ran under.
 A system that is missing or refuses a workload (JAX's reverse mode through while_loop) is a row
-saying so.
+saying so. The `research` section (benchmarks/research/) runs each research program in a fresh
+process, dfc in its default mode, and gives compile time and steady state against JAX, PyTorch and
+numpy with ratios.
 """
 import argparse
 import json
@@ -22,6 +24,7 @@ import numpy as np
 
 from benchmarks import competitors, devices, loop_overhead, parallel_iterations, swapping
 from benchmarks import fixed_point, gru, harness, hmc, ode, trivial_loop
+from benchmarks.research.__main__ import main as research_main, report as research_report
 from benchmarks import lstm as dfc_lstm
 from benchmarks.lstm_problem import SIZES, make_inputs, numpy_loss_and_grads, max_rel_error
 
@@ -160,6 +163,8 @@ def table(res):
     for r in res.get("reruns", ()):
         L += [f"Sections {r['sections']} rerun at {r['conditions']['date']} (`--merge`), load "
               f"{r['conditions']['load_avg_at_start']:.1f} at their start.", ""]
+    if "research" in res:
+        L.append(research_report(res["research"]))
     for key, mod in WORKLOADS:
         if key in res:
             L.append(mod.report(res[key]))
@@ -247,7 +252,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="small sizes only, fewer repetitions")
     ap.add_argument("--install-competitors", action="store_true",
                     help="install tensorflow-cpu, jax and torch into benchmarks/.venv-competitors for the LSTM rows")
-    ap.add_argument("--only", default="trivial,ode,hmc,gru,fixed,lstm,unroll,pi,loop,devices,swap")
+    ap.add_argument("--only", default="research,trivial,ode,hmc,gru,fixed,lstm,unroll,pi,loop,devices,swap")
     ap.add_argument("--merge", action="store_true", help="update these sections of results/latest.json, keep the rest")
     ap.add_argument("--swap-lengths", default="10,15,20,25,30,40,50,100,200,300",
                     help="sequence lengths of the swapping section")
@@ -269,7 +274,9 @@ def main(argv=None):
         res["reruns"] = old.get("reruns", []) + [{"sections": a.only, "conditions": machine()["conditions"]}]
     reps = 5
     wl = ["--reps", str(reps)] + (["--budget", "5"] if a.quick else [])
-    sections = [("trivial", lambda: trivial_loop.main(wl + (["--iterations", "20000"] if a.quick else []))),
+    sections = [("research", lambda: research_main(["--settle", "4" if a.quick else "8", "--budget",
+                                                    "3" if a.quick else "6"])),
+                ("trivial", lambda: trivial_loop.main(wl + (["--iterations", "20000"] if a.quick else []))),
                 ("ode", lambda: ode.main(wl)),
                 ("hmc", lambda: hmc.main(wl + (["--samples", "60"] if a.quick else []))),
                 ("gru", lambda: gru.main(wl)),
