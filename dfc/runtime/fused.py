@@ -281,7 +281,9 @@ class FrameProgram:
             outs = E.join(", ", [E.ident("x", c, k) for k in range(n)])
             call = E.fmt("{}(ctx, kern, [{}], _t)", a.child_programs[c], E.join(", ", args))
             w(ind, "# loop frame {}", E.lit(c))
-            call_frame(w, ind, outs, n, call, args if it in a.maybe_dead else [])
+            pad = call_frame(w, ind, outs, n, call, args if it in a.maybe_dead else [])
+            if a.tagged or self.traced:     # the nested frame left its own tag there
+                w(pad, "ctx.tag = _t")
             return
         i = it[1]
         kind = p.kind[i]
