@@ -6,6 +6,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from dfc.runtime.compiled import npcall as P
+from dfc.runtime.kernels.philox_numba import (normal_into as philox_normal, size_of as philox_size,  # noqa: F401
+                                              tag_words as philox_tag, uniform_into as philox_uniform)
 
 
 def reshape(x, shape):

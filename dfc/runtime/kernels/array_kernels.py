@@ -1,9 +1,10 @@
 """Sources, shapes, indexing, gather/scatter, random and structural kernels."""
-import zlib
+import math
 
 import numpy as np
 
 from dfc.errors import DfcInputError
+from dfc.runtime.kernels import philox
 from dfc.runtime.kernels.registry import direct, host, kernel, simple
 
 
@@ -256,19 +257,18 @@ def _range(node, xp):
 @kernel("RandomUniform", "RandomNormal")
 def _random(node, xp):
     at = node.attrs
-    salt = zlib.crc32(node.name.encode())
+    key = philox.key_of(at.get("seed", 0), node.name)
     uniform = node.op == "RandomUniform"
+    a, b, dtype = float(at.get("a", 0.0)), float(at.get("b", 1.0)), at["dtype"]
 
-    def f(ctx, a):
-        # Counter-based: the same seed, run and iteration give the same numbers,
-        # whatever order the executor happens to run nodes in.
-        rng = np.random.default_rng([at.get("seed", 0), salt, ctx.run_count, *ctx.tag])
-        shape = _as_shape(a[0])
-        if uniform:
-            v = rng.uniform(at.get("a", 0.0), at.get("b", 1.0), shape)
-        else:
-            v = rng.normal(at.get("a", 0.0), at.get("b", 1.0), shape)
-        return (xp.asarray(v.astype(at["dtype"])),)
+    def f(ctx, args):
+        # Counter-based (philox.py): the same seed, node, run and iteration give the same numbers on every
+        # path, whatever order the executor happens to run nodes in.
+        shape = _as_shape(args[0])
+        if any(d < 0 for d in shape):
+            raise ValueError(f"random shape {list(shape)} has a negative dimension")
+        v = philox.draw(xp, uniform, math.prod(shape), dtype, a, b, key, philox.tag_words(ctx.run_count, ctx.tag))
+        return (xp.reshape(v, shape),)
     return f
 
 
