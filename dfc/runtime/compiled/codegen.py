@@ -20,6 +20,31 @@ from dfc.runtime import emit as E
 from dfc.runtime.fused import ENTER, EXIT, MERGE, NEXT, SWITCH, FrameProgram
 from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type
 from dfc.runtime.compiled.buffers import RESHAPES, LoopBuffers
+from dfc.runtime.kernels import (array_lower, math_lower, numpy_lower, random_lower,  # noqa: F401
+                                 state_lower)   # (registers the lowerings)
+
+# The ops with no lowering, and why: a loop frame holding one stays on the fused Python path, and
+# Session.compiled_frames() / `dfc show --fused` give this reason (tests/runtime/test_lowering_coverage.py
+# checks that every other op in the registry has a lowering).
+_ASYNC = "asynchronous: it waits on other threads or workers, which compiled code cannot do"
+_HOST = "it writes to the host (files, the summary log, the terminal), and a compiled frame that fails " \
+        "is replayed on the fused path, which would do it twice"
+NOT_LOWERED = {
+    "Send": "a cross-device transfer between partitions (a partitioned frame runs fused)",
+    "Recv": "a cross-device transfer between partitions (a partitioned frame runs fused)",
+    **{op: _ASYNC for op in ("QueueHandle", "QueueEnqueue", "QueueEnqueueMany", "QueueDequeue",
+                             "QueueDequeueMany", "QueueSize", "QueueClose", "AccumulatorHandle",
+                             "AccumulatorApplyGradient", "AccumulatorTakeGradient",
+                             "AccumulatorNumAccumulated", "AccumulatorSetGlobalStep")},
+    "ApplyOnce": "a synchronous-training update under the locks of Variables that other workers share",
+    "Progress": "it drives the terminal's progress bars, throttled by the wall clock",
+    "Save": _HOST, "Restore": "it reads a checkpoint file", "SummaryScalar": _HOST, "SummaryHistogram": _HOST,
+    "Print": _HOST,
+    "Placeholder": "a graph input: fed once per run, outside every loop frame",
+    "VarHandle": "it makes or finds a Variable in the session's container (a Python object); a frame takes "
+                 "the handle from outside",
+    "TensorArrayGrad": "it makes a gradient TensorArray (a Python object); a frame takes the handle from outside",
+}
 
 _DTYPES = ("float32", "float64", "int32", "int64", "bool")
 # Resource handles a frame can take, and what compiled code gets for each (dfc/runtime/compiled/__init__.py
@@ -125,6 +150,12 @@ class Emit:
     def tmp(self):
         return self.gen.fresh("t")
 
+    def tmp_of(self, expr):
+        """A fresh local assigned expr (a statement at the node's indentation); its name."""
+        t = self.tmp()
+        self.stmt("{} = {}", t, expr)
+        return t
+
     def loop(self, ufunc, dtypes, reduction=False):
         """Index into LP of numpy's strided loop of ufunc for exactly these dtypes."""
         from dfc.runtime.compiled.npcall import NoLoop
@@ -139,14 +170,17 @@ class Emit:
         return self.gen.loops.index(key)
 
     def kernel_call(self, out, ins):
-        """Statements computing `out` (a fresh local) by the node's own kernel, called from compiled code in
-        numba's object mode with a context that has the fused path's run count and frame tag: for kernels
-        whose exact results (e.g. random draws seeded by run and iteration) numba cannot reproduce. `ins`:
-        the input expressions. The generated function gets R = [run count, *tag of the frame's call]."""
+        """Statements computing `out` (a fresh local, or a list of one per output of the node) by the node's
+        own kernel, called from compiled code in numba's object mode with a context that has the fused path's
+        run count and frame tag: for kernels whose exact results numba cannot reproduce (numpy's einsum and
+        LAPACK calls, the clock). `ins`: the input expressions. The generated function gets R = [run count,
+        *tag of the frame's call]."""
         import json
-        t = self.outs[0]
-        typ = E.dtype(t.dtype) if t.ndim == 0 else \
-            E.fmt("{}[{}]", E.dtype(t.dtype), E.join(", ", [E.fmt(":")] * (t.ndim - 1) + [E.fmt("::1")]))
+        outs = out if isinstance(out, list) else [out]
+        types = []
+        for t in self.outs[:len(outs)]:
+            types.append(E.dtype(t.dtype) if t.ndim == 0 else E.fmt("{}[{}]", E.dtype(t.dtype), E.join(
+                ", ", [E.fmt(":")] * (t.ndim - 1) + [E.fmt("::1")])))
         chain = self.gen.frame_chain
         # the node travels as data: hex digits of its JSON (a cached module is read by other processes)
         node = E.blob(json.dumps([self.node.name, self.node.op, self.node.attrs]).encode())
@@ -154,9 +188,10 @@ class Emit:
         self.stmt("{} = np.array([{}], np.int64)", ctr,
                   E.join("", [E.fmt("{}, {}, ", E.lit(f), E.ident("it", f)) for f in chain]))
         self.gen.objmode = True
-        self.stmt("with numba.objmode({}='{}'):", out, typ)
-        self.stmt("    {} = H.kernel_call(bytes.fromhex({}).decode(), R, {}, ({}), {})", out, node, ctr, E.items(ins),
-                  E.lit(t.ndim))
+        self.stmt("with numba.objmode({}):", E.join(", ", [E.fmt("{}='{}'", o, t) for o, t in zip(outs, types)]))
+        ranks = E.fmt("({})", E.items([E.lit(t.ndim) for t in self.outs[:len(outs)]]))
+        self.stmt("    {} = H.kernel_call(bytes.fromhex({}).decode(), R, {}, ({}), {})", E.items(outs), node, ctr,
+                  E.items(ins), ranks)
 
     def const(self, value, node_value=False):
         """An expression for a constant array (passed to the compiled function in K). node_value: it is the
@@ -495,7 +530,8 @@ class FrameSource:
             return
         low = LOWERINGS.get(node.op)
         if low is None:
-            raise Blocked(node.name, f"op {node.op} has no lowering")
+            why = NOT_LOWERED.get(node.op)
+            raise Blocked(node.name, f"op {node.op} has no lowering" + (f" ({why})" if why else ""))
         ins = [self._type(s, port, "input") for s, port in p.ins[i]]
         outs = [self._type(i, k, "output") for k in range(nout)]
         pad = ind

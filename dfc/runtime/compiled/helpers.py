@@ -8,6 +8,9 @@ from numba.extending import intrinsic, overload
 from dfc.runtime.compiled import npcall as P
 from dfc.runtime.kernels.philox_numba import (normal_into as philox_normal, size_of as philox_size,  # noqa: F401
                                               tag_words as philox_tag, uniform_into as philox_uniform)
+from dfc.runtime.compiled.arrays import (add_rows, arg_extreme, argsort_rows, cumprod_grad, cumulate,  # noqa: F401
+                                         gather3, index_step, int_range, scatter3, scatter_along3, take_along3, take_rows,
+                                         wrap)   # (generated code calls them as H.<name>)
 
 
 def reshape(x, shape):
@@ -445,11 +448,11 @@ class _Ctx:
 _KERNELS = {}
 
 
-def kernel_call(node, R, chain, args, ndim):
+def kernel_call(node, R, chain, args, ranks):
     """Run a node's own kernel from compiled code (numba object mode; codegen.Emit.kernel_call). node: JSON
     [name, op, attrs]; R: [run count, *tag of the frame's call]; chain: (frame, iteration) pairs from the
-    compiled frame to the node's frame, so ctx.tag is the fused path's. Returns the output as compiled code
-    holds it (a C-contiguous array, or a numpy scalar for rank 0)."""
+    compiled frame to the node's frame, so ctx.tag is the fused path's. Returns the tuple of its first
+    len(ranks) outputs as compiled code holds them (a C-contiguous array, or a numpy scalar for rank 0)."""
     k = _KERNELS.get(node)
     if k is None:
         import json
@@ -461,8 +464,8 @@ def kernel_call(node, R, chain, args, ndim):
     ctx = _Ctx()
     ctx.run_count = int(R[0])
     ctx.tag = tuple(int(x) for x in R[1:]) + tuple(int(x) for x in chain)
-    v = k(ctx, [np.asarray(a) for a in args])[0]
-    return v[()] if ndim == 0 else np.ascontiguousarray(v)
+    vs = k(ctx, [np.asarray(a) for a in args])
+    return tuple(np.asarray(v)[()] if nd == 0 else np.ascontiguousarray(v) for v, nd in zip(vs, ranks))
 
 
 @njit(cache=True, nogil=True)

@@ -91,39 +91,170 @@ def _expand(e):
     return [E.fmt("H.reshape({}, ({}))", x, E.items(dims))]
 
 
-def _index(e, spec, x, ndim, dyn):
-    """numba index expressions for a GetItem/GetItemGrad spec on x (rank ndim): ints (static or a tensor,
-    bounds-checked and wrapped as numpy does) and slices (static or tensor bounds)."""
-    if any(item[0] not in ("int", "slice") for item in spec) or len(spec) > ndim:
-        raise Unsupported("indexing with index arrays, newaxis or ellipsis is not lowered")
+def _normalized(spec, ndim):
+    """The spec with its ellipsis (or the axes it leaves out at the end) as full slices: one item per axis of x,
+    plus its newaxis items."""
+    used = sum(item[0] not in ("newaxis", "ellipsis") for item in spec)
+    if used > ndim:
+        raise Unsupported("more indices than axes")
+    full = [["slice", None, None, None]] * (ndim - used)
+    out = []
+    for item in spec:
+        out += full if item[0] == "ellipsis" else [item]
+    return out if any(item[0] == "ellipsis" for item in spec) else out + full
 
-    def part(p):
-        if p is None:
-            return E.fmt("")
-        if isinstance(p, dict):
-            if e.ins[dyn + p["t"]].ndim != 0:
-                raise Unsupported("a slice bound that is not one integer")
-            return E.fmt("np.int64({})", e.args[dyn + p["t"]])
-        if not isinstance(p, (int, np.integer)) or isinstance(p, (bool, np.bool_)):
-            raise Unsupported("an index that is not an integer")
-        return E.lit(p)
+
+def _part(e, p, dyn):
+    if p is None:
+        return E.fmt("")
+    if isinstance(p, dict):
+        if e.ins[dyn + p["t"]].ndim != 0:
+            raise Unsupported("a slice bound that is not one integer")
+        return E.fmt("np.int64({})", e.args[dyn + p["t"]])
+    if not isinstance(p, (int, np.integer)) or isinstance(p, (bool, np.bool_)):
+        raise Unsupported("an index that is not an integer")
+    return E.lit(p)
+
+
+def _index(e, items, x, dyn):
+    """numba index expressions for items (ints, static or a tensor, bounds-checked and wrapped as numpy does,
+    and slices with static or tensor bounds) on x."""
     parts = []
-    for axis, item in enumerate(spec):
+    for axis, item in enumerate(items):
         if item[0] == "int":
-            parts.append(E.fmt("H.check_index({}, {}.shape[{}])", part(item[1]), x, E.lit(axis)))
+            parts.append(E.fmt("H.check_index({}, {}.shape[{}])", _part(e, item[1], dyn), x, E.lit(axis)))
+        elif item[0] == "slice":
+            parts.append(E.join(":", [_part(e, p, dyn) for p in item[1:]]))
         else:
-            parts.append(E.join(":", [part(p) for p in item[1:]]))
+            raise Unsupported(f"a {item[0]} index here")
+    if not parts:
+        return E.fmt(":")
     return E.fmt("{},", parts[0]) if len(parts) == 1 else E.join(", ", parts)
+
+
+def _basic_shape(items, r):
+    """The shape (expressions) of a basic index's result from r, the result without its newaxis items."""
+    dims, j = [], 0
+    for item in items:
+        if item[0] == "slice":
+            dims.append(E.fmt("{}.shape[{}]", r, E.lit(j)))
+            j += 1
+        elif item[0] == "newaxis":
+            dims.append(E.lit(1))
+    return dims
 
 
 @lowering("GetItem")
 def _getitem(e):
-    """x[i], x[a:b:c] with ints and slice bounds known in the graph or scalar integer tensors."""
-    x = e.args[0]
-    r = E.fmt("{}[{}]", x, _index(e, e.node.attrs["spec"], x, e.ins[0].ndim, 1))
+    """x[...] with ints, slices (static bounds or scalar integer tensors), newaxis, an ellipsis, and integer
+    index arrays (numpy's advanced indexing: _advanced)."""
+    x, t = e.args[0], e.ins[0]
+    items = _normalized(e.node.attrs["spec"], t.ndim)
+    if any(item[0] == "tensor" for item in items):
+        return [_advanced(e, items, x, t)]
+    axes = [item for item in items if item[0] != "newaxis"]
+    r = E.fmt("{}[{}]", x, _index(e, axes, x, 1)) if axes else x
+    n_slices = sum(item[0] == "slice" for item in axes)
+    if len(axes) == len(items):
+        return [r if e.outs[0].ndim == 0 else E.fmt("np.ascontiguousarray({})", r)]
+    if n_slices == 0:       # ints and newaxis: one element in an array of ones
+        return [E.fmt("np.full(({}), {})", E.items([E.lit(1)] * e.outs[0].ndim), r)]
+    b = e.tmp()
+    e.stmt("{} = np.ascontiguousarray({})", b, r)
+    return [E.fmt("H.reshape({}, ({}))", b, E.items(_basic_shape(items, b)))]
+
+
+class _Adv:
+    """How numpy indexes x with index arrays (all advanced: ints beside them count as 0-d arrays): the
+    indexed axes `adv` and the sliced ones `rest`; the broadcast index shape B goes where the first indexed
+    axis was when they are adjacent, else first. Computed as: x transposed to (adv, rest), rest sliced,
+    seen as (P, R) rows; the rows at the flat index of each broadcast position."""
+
+    def __init__(self, e, items, x, t, dyn):
+        if any(item[0] == "newaxis" for item in items):
+            raise Unsupported("newaxis beside index arrays")
+        self.e, self.items, self.dyn = e, items, dyn
+        self.adv = [k for k, item in enumerate(items) if item[0] != "slice"]
+        self.rest = [k for k, item in enumerate(items) if item[0] == "slice"]
+        a = self.adv
+        self.front = a == list(range(a[0], a[-1] + 1)) and a[0] > 0     # B goes after the leading slices
+        self.perm = a + self.rest
+        self.ranks = [e.ins[dyn + item[1]].ndim if item[0] == "tensor" else 0 for item in (items[k] for k in a)]
+        self.rb = max(self.ranks)
+
+    def transposed(self, x, ndim):
+        if self.perm == list(range(ndim)):
+            return x
+        return self.e.tmp_of(E.fmt("np.ascontiguousarray(np.transpose({}, ({})))", x,
+                                   E.items([E.lit(k) for k in self.perm])))
+
+    def bshape(self):
+        """Statements computing B (numpy's broadcast of the index arrays); its dims' names."""
+        e, dims = self.e, []
+        for j in range(self.rb):
+            b = e.tmp()
+            e.stmt("{} = 1", b)
+            for k, item in zip(self.adv, (self.items[k] for k in self.adv)):
+                r = self.ranks[self.adv.index(k)]
+                if item[0] != "tensor" or j < self.rb - r:
+                    continue
+                d = E.fmt("{}.shape[{}]", e.args[self.dyn + item[1]], E.lit(j - (self.rb - r)))
+                e.stmt("if {} != 1:", d)
+                e.stmt("    if {} != 1 and {} != {}: raise IndexError('index arrays of shapes that do not broadcast')",
+                       b, b, d)
+                e.stmt("    {} = {}", b, d)
+            dims.append(b)
+        return dims
+
+    def flat_index(self, xs, bdims):
+        """Statements computing the flat int64 index (into the adv axes of xs, transposed) of each position
+        of B; its name."""
+        e = self.e
+        f = e.tmp()
+        e.stmt("{} = np.zeros({}, np.int64)", f, E.join(" * ", [E.lit(1)] + bdims))
+        for pos, k in enumerate(self.adv):
+            item = self.items[k]
+            n = E.fmt("{}.shape[{}]", xs, E.lit(pos))
+            if item[0] == "int":
+                e.stmt("{} = {} * {} + H.wrap({}, {})", f, f, n, _part(e, item[1], self.dyn), n)
+                continue
+            a, r = e.args[self.dyn + item[1]], self.ranks[pos]
+            if r == 0:
+                e.stmt("{} = {} * {} + H.wrap({}, {})", f, f, n, a, n)
+                continue
+            lead = [E.lit(1)] * (self.rb - r) + [E.fmt("{}.shape[{}]", a, E.lit(j)) for j in range(r)]
+            e.stmt("{} = H.index_step({}, H.reshape(H.broadcast(H.reshape({}, ({})), ({})), {}.size), {})", f, f, a,
+                   E.items(lead), E.items(bdims), f, n)
+        return f
+
+    def order(self, nb, nr):
+        """The permutation from (B, rest) to numpy's result order, or None if they are in it already."""
+        if not self.front:
+            return None
+        p = self.adv[0]
+        return list(range(nb, nb + p)) + list(range(nb)) + list(range(nb + p, nb + nr))
+
+
+def _advanced(e, items, x, t):
+    adv = _Adv(e, items, x, t, 1)
+    xt = adv.transposed(x, t.ndim)
+    na = len(adv.adv)
+    xs = e.tmp_of(E.fmt("np.ascontiguousarray({}[{}])", xt, E.join(", ", [E.fmt(":")] * na + [
+        E.join(":", [_part(e, p, 1) for p in items[k][1:]]) for k in adv.rest])))
+    bdims = adv.bshape()
+    f = adv.flat_index(xs, bdims)
+    rdims = [E.fmt("{}.shape[{}]", xs, E.lit(na + j)) for j in range(len(adv.rest))]
+    rows = E.fmt("H.reshape({}, (1, {}, {}))", xs, E.join(" * ", [E.lit(1)] + [E.fmt("{}.shape[{}]", xs, E.lit(j))
+                                                                             for j in range(na)]),
+                 E.join(" * ", [E.lit(1)] + rdims))
+    r = e.tmp_of(E.fmt("H.gather3({}, {})", rows, f))
     if e.outs[0].ndim == 0:
-        return [r]
-    return [E.fmt("np.ascontiguousarray({})", r)]
+        return E.fmt("{}[0, 0, 0]", r)
+    out = E.fmt("H.reshape({}, ({}))", r, E.items(bdims + rdims))
+    order = adv.order(len(bdims), len(rdims))
+    if order is None:
+        return out
+    return E.fmt("np.ascontiguousarray(np.transpose({}, ({})))", out, E.items([E.lit(k) for k in order]))
 
 
 def _dims(s, ndim):
@@ -143,16 +274,59 @@ def _check_shape(e, s, ndim, op):
 
 @lowering("GetItemGrad")
 def _getitem_grad(e):
-    """zeros of `shape` with the gradient set at the (basic) indexed positions, each selected at most once."""
+    """zeros of `shape` with the gradient set at the (basic) indexed positions, each selected at most once;
+    with index arrays, added at them in the order of their positions (np.add.at, as the kernel)."""
     g, s = e.args[0], e.args[1]
     out = e.outs[0]
     if out.ndim == 0 or e.ins[1].ndim != 1:
         raise Unsupported("GetItemGrad of a scalar")
     _check_shape(e, s, out.ndim, "GetItemGrad")
+    items = _normalized(e.node.attrs["spec"], out.ndim)
     z = e.tmp()
     e.stmt("{} = np.zeros({}, {})", z, _dims(s, out.ndim), st(out.dtype))
-    e.stmt("{}[{}] = {}", z, _index(e, e.node.attrs["spec"], z, out.ndim, 2), g)
+    if any(item[0] == "tensor" for item in items):
+        return [_advanced_grad(e, items, g, z, out)]
+    axes = [item for item in items if item[0] != "newaxis"]
+    if len(axes) != len(items):      # the gradient without the newaxis dimensions (of size 1)
+        dims, j = [], 0
+        for item in items:
+            if item[0] != "int":
+                if item[0] == "slice":
+                    dims.append(E.fmt("{}.shape[{}]", g, E.lit(j)))
+                j += 1
+        g = E.fmt("H.reshape({}, ({}))", g, E.items(dims)) if dims else E.fmt("H.reshape({}, 1)[0]", g)
+    e.stmt("{}[{}] = {}", z, _index(e, axes, z, 2), g)
     return [z]
+
+
+def _advanced_grad(e, items, g, z, out):
+    if out.dtype not in ("float32", "float64"):
+        raise Unsupported("the gradient of integer advanced indexing")
+    adv = _Adv(e, items, z, out, 2)
+    zt = adv.transposed(z, out.ndim)
+    na = len(adv.adv)
+    bdims = adv.bshape()
+    f = adv.flat_index(zt, bdims)
+    sliced = [E.join(":", [_part(e, p, 2) for p in items[k][1:]]) for k in adv.rest]
+    view = E.fmt("{}[{}]", zt, E.join(", ", [E.fmt(":")] * na + sliced)) if sliced else zt
+    rdims = [E.fmt("{}.shape[{}]", view, E.lit(na + j)) for j in range(len(adv.rest))]
+    order = adv.order(len(bdims), len(rdims))
+    if order is not None:       # g in (B, rest) order
+        inv = [order.index(k) for k in range(len(order))]
+        g = e.tmp_of(E.fmt("np.ascontiguousarray(np.transpose({}, ({})))", g, E.items([E.lit(k) for k in inv])))
+    want = bdims + rdims
+    if want:
+        e.stmt("if {}.shape != ({}): raise ValueError('GetItemGrad: gradient of another shape')", g, E.items(want))
+    size = E.join(" * ", [E.lit(1)] + rdims)
+    p = E.join(" * ", [E.lit(1)] + [E.fmt("{}.shape[{}]", zt, E.lit(j)) for j in range(na)])
+    acc = e.tmp_of(E.fmt("H.add_rows(np.zeros(({}, {}), {}), {}, H.reshape({}, ({}.size, {})))", p, size,
+                         st(out.dtype), f, g, f, size))
+    e.stmt("{}[{}] = H.reshape({}, ({}))", zt, E.join(", ", [E.fmt(":")] * na + sliced) if sliced else E.fmt(":"),
+           acc, E.items([E.fmt("{}.shape[{}]", zt, E.lit(j)) for j in range(na)] + rdims))
+    if adv.perm == list(range(out.ndim)):
+        return zt
+    inv = [adv.perm.index(k) for k in range(out.ndim)]
+    return E.fmt("np.ascontiguousarray(np.transpose({}, ({})))", zt, E.items([E.lit(k) for k in inv]))
 
 
 @lowering("Fill")
@@ -296,3 +470,75 @@ def _one_hot(e):
     e.stmt("        {}[{} * {} + {}[{}]] = {}", r, k, depth, flat, k, on)
     dims = E.items([E.fmt("{}.shape[{}]", x, E.lit(d)) for d in range(t.ndim)])
     return [E.fmt("H.reshape({}, ({}{}, ))", r, dims, depth)]
+
+
+def three(e, x, ndim, ax):
+    """x (C-contiguous, rank ndim) seen as (pre, n, post) around axis ax: the expression."""
+    d = [E.fmt("{}.shape[{}]", x, E.lit(j)) for j in range(ndim)]
+    one = [E.lit(1)]
+    return E.fmt("H.reshape({}, ({}, {}, {}))", x, E.join(" * ", one + d[:ax]), d[ax], E.join(" * ", one + d[ax + 1:]))
+
+
+def axis_attr(e, ndim, name="axis", default=0):
+    ax = e.node.attrs.get(name, default)
+    if not isinstance(ax, int) or not -ndim <= ax < ndim:
+        raise Unsupported(f"axis {ax!r} of a rank-{ndim} tensor")
+    return ax % ndim
+
+
+@lowering("Gather")
+def _gather(e):
+    """np.take(params, indices, axis) (negative indices count from the end; out of range raises)."""
+    x, t, it = e.args[0], e.ins[0], e.ins[1]
+    if t.ndim == 0:
+        raise Unsupported("Gather from a scalar")
+    ax = axis_attr(e, t.ndim)
+    idx = E.fmt("np.full(1, {})", e.args[1]) if it.ndim == 0 else E.fmt("H.reshape({}, {}.size)", e.args[1], e.args[1])
+    r = e.tmp_of(E.fmt("H.gather3({}, {})", three(e, x, t.ndim, ax), idx))
+    if e.outs[0].ndim == 0:
+        return [E.fmt("{}[0, 0, 0]", r)]
+    dims = [E.fmt("{}.shape[{}]", x, E.lit(j)) for j in range(ax)] + \
+        [E.fmt("{}.shape[{}]", e.args[1], E.lit(j)) for j in range(it.ndim)] + \
+        [E.fmt("{}.shape[{}]", x, E.lit(j)) for j in range(ax + 1, t.ndim)]
+    return [E.fmt("H.reshape({}, ({}))", r, E.items(dims))]
+
+
+@lowering("ScatterAdd")
+def _scatter_add(e):
+    """zeros of `shape` with the updates added at indices along axis, in the order of the index positions
+    (np.add.at, as the kernel)."""
+    s, idx, upd = e.args
+    out, it, ut = e.outs[0], e.ins[1], e.ins[2]
+    if out.ndim == 0 or e.ins[0].ndim != 1:
+        raise Unsupported("ScatterAdd into a scalar")
+    ax = axis_attr(e, out.ndim)
+    if ut.ndim != out.ndim - 1 + it.ndim:
+        raise Unsupported("ScatterAdd of updates of another rank")
+    e.stmt("if {}.size != {}: raise ValueError('ScatterAdd: shape of another rank')", s, E.lit(out.ndim))
+    want = [E.fmt("{}[{}]", s, E.lit(j)) for j in range(ax)] + \
+        [E.fmt("{}.shape[{}]", idx, E.lit(j)) for j in range(it.ndim)] + \
+        [E.fmt("{}[{}]", s, E.lit(j)) for j in range(ax + 1, out.ndim)]
+    if want:
+        e.stmt("if {}.shape != ({}): raise ValueError('ScatterAdd: updates of another shape')", upd, E.items(want))
+    z = e.tmp_of(E.fmt("np.zeros({}, {})", _dims(s, out.ndim), st(out.dtype)))
+    pre = E.join(" * ", [E.lit(1)] + [E.fmt("{}[{}]", s, E.lit(j)) for j in range(ax)])
+    post = E.join(" * ", [E.lit(1)] + [E.fmt("{}[{}]", s, E.lit(j)) for j in range(ax + 1, out.ndim)])
+    flat = E.fmt("np.full(1, {})", idx) if it.ndim == 0 else E.fmt("H.reshape({}, {}.size)", idx, idx)
+    u = E.fmt("np.full(1, {})", upd) if ut.ndim == 0 else upd
+    e.stmt("H.scatter3({}, {}, H.reshape({}, ({}, {}.size, {})))", three(e, z, out.ndim, ax), flat, u, pre, flat,
+           post)
+    return [z]
+
+
+@lowering("Range")
+def _range(e):
+    """np.arange(start, limit, delta) in start's dtype: integers here, floats by the kernel (numpy's fill
+    of float ranges)."""
+    if any(t.ndim for t in e.ins):
+        raise Unsupported("Range of bounds that are not scalars")
+    d = e.ins[0].dtype
+    if d in ("int32", "int64"):
+        return [E.fmt("H.int_range({}, {}, {}, np.zeros(0, {}))", *e.args, st(d))]
+    out = e.tmp()
+    e.kernel_call([out], e.args)
+    return [out]

@@ -164,11 +164,12 @@ _WRAPPING_UNARY = {"Neg": np.negative, "Abs": np.absolute, "Square": np.square}
 _WRAPPED_SCALAR = {"Neg": "H.wrap_neg({0})", "Abs": "H.wrap_abs({0})", "Square": "np.uint64({0}) * np.uint64({0})"}
 _UNARY = {"Neg": "-{0}", "Abs": "np.abs({0})", "Square": "{0} * {0}", "Sqrt": "np.sqrt({0})", "Floor": "np.floor({0})",
           "Ceil": "np.ceil({0})", "IsFinite": "np.isfinite({0})", "Reciprocal": "{1} / {0}",
-          "Rsqrt": "{1} / np.sqrt({0})", "LogicalNot": "np.logical_not({0})", "Sign": "np.sign({0})"}
+          "Rsqrt": "{1} / np.sqrt({0})", "LogicalNot": "np.logical_not({0})", "Sign": "np.sign({0})",
+          "IsNan": "np.isnan({0})", "IsInf": "np.isinf({0})"}
 
 
 @lowering("Neg", "Abs", "Square", "Sqrt", "Floor", "Ceil", "IsFinite", "Reciprocal", "Rsqrt", "LogicalNot",
-          "Sign")
+          "Sign", "IsNan", "IsInf")
 def _native_unary(e):
     x, t, out = e.args[0], e.ins[0], e.outs[0]
     op = e.node.op
@@ -212,7 +213,8 @@ class Loop:
 
 
 NATIVE = "native"
-_NATIVE_UNARY = ("Neg", "Abs", "Square", "Sqrt", "Floor", "Ceil", "IsFinite", "Reciprocal", "Rsqrt", "LogicalNot")
+_NATIVE_UNARY = ("Neg", "Abs", "Square", "Sqrt", "Floor", "Ceil", "IsFinite", "Reciprocal", "Rsqrt", "LogicalNot",
+                 "IsNan", "IsInf")
 
 
 def elementwise(op, ins, out):
@@ -362,6 +364,29 @@ def _reduce(e):
     if shape is None:
         raise Unsupported("reduction output shape")
     return [E.fmt("H.reshape({}, {})", r, shape)]
+
+
+@lowering("ArgMax", "ArgMin")
+def _argmax(e):
+    """The first largest (smallest) element's index along the axis, or the first NaN's, as int64."""
+    t, x = e.ins[0], e.args[0]
+    ax = e.node.attrs.get("axis", -1)
+    if t.ndim == 0:
+        raise Unsupported("ArgMax of a scalar")
+    one = E.lit(1)
+    if ax is None:
+        x3 = E.fmt("H.reshape({}, (1, {}.size, 1))", x, x)
+    else:
+        if not isinstance(ax, int) or not -t.ndim <= ax < t.ndim:
+            raise Unsupported(f"axis {ax!r} of a rank-{t.ndim} tensor")
+        ax %= t.ndim
+        d = [E.fmt("{}.shape[{}]", x, E.lit(j)) for j in range(t.ndim)]
+        x3 = E.fmt("H.reshape({}, ({}, {}, {}))", x, E.join(" * ", [one] + d[:ax]), d[ax],
+                   E.join(" * ", [one] + d[ax + 1:]))
+    r = e.tmp_of(E.fmt("H.arg_extreme({}, {})", x3, E.lit(e.node.op == "ArgMax")))
+    if e.outs[0].ndim == 0:
+        return [E.fmt("{}[0, 0]", r)]
+    return [E.fmt("H.reshape({}, ({}))", r, E.items([d[j] for j in range(t.ndim) if j != ax]))]
 
 
 @lowering("MatMul")

@@ -231,3 +231,11 @@ def _assert(e):
     c = e.args[0]
     e.stmt("if not {}: raise ValueError('assertion failed')", c if e.ins[0].ndim == 0 else E.fmt("np.all({})", c))
     return []
+
+
+@lowering("Timestamp")
+def _timestamp(e):
+    # the clock, read by the kernel (object mode)
+    out = e.tmp()
+    e.kernel_call([out], e.args)
+    return [out]
