@@ -239,3 +239,24 @@ def int_range(start, limit, delta, proto):
     for i in range(out.size):
         out[i] = np.int64(start) + i * np.int64(delta)
     return out
+
+
+@njit(cache=True, nogil=True)
+def ta_gather(items, ok, idx):
+    """The TensorArray elements at idx (each readable, all of one shape) stacked; none raises (the kernel's
+    zeros of the element shape come from the fused path)."""
+    if idx.size == 0:
+        raise ValueError("an empty TensorArrayGather")
+    n = len(items)
+    for k in range(idx.size):
+        i = idx[k]
+        if i < 0 or i >= n or not ok[i]:
+            raise IndexError("TensorArray element the compiled frame does not hold")
+    first = items[idx[0]]
+    out = np.empty((idx.size,) + np.shape(first), np.asarray(first).dtype)
+    for k in range(idx.size):
+        v = items[idx[k]]
+        if np.shape(v) != np.shape(first):
+            raise ValueError("TensorArray elements of different shapes")
+        out[k] = v
+    return out

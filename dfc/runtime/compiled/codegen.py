@@ -24,7 +24,7 @@ from dfc.runtime.kernels import (array_lower, math_lower, numpy_lower, random_lo
                                  state_lower)   # (registers the lowerings)
 
 # The ops with no lowering, and why: a loop frame holding one stays on the fused Python path, and
-# Session.compiled_frames() / `dfc show --fused` give this reason (tests/runtime/test_lowering_coverage.py
+# Session.compiled_frames() / `dfc show --fused` give this reason (tests/compiler/test_lowering_coverage.py
 # checks that every other op in the registry has a lowering).
 _ASYNC = "asynchronous: it waits on other threads or workers, which compiled code cannot do"
 _HOST = "it writes to the host (files, the summary log, the terminal), and a compiled frame that fails " \
@@ -54,10 +54,13 @@ _DTYPES = ("float32", "float64", "int32", "int64", "bool")
 #       iteration counters of the writer's frames; typed List of values), written to the store afterwards;
 #   "ta_read": a TensorArray the frame only reads: (typed List of its elements, bool array: element can
 #       be read, its size);
+#   "ta_rw": a TensorArray the frame writes and reads: (typed List of its elements, typed List of bools:
+#       element written, then the write log of "ta_write"), its writes made on the Lists as well as logged;
 #   "var" / "var_rw": a Variable the frame reads (and assigns): a typed List holding its value.
-RESOURCE_USES = ("push", "pop", "ta_write", "ta_read", "var", "var_rw")
+RESOURCE_USES = ("push", "pop", "ta_write", "ta_read", "ta_rw", "var", "var_rw")
 _USE_OF = {"StackPush": "push", "StackPop": "pop", "TensorArrayWrite": "ta_write", "TensorArrayRead": "ta_read",
-           "TensorArraySize": "ta_read", "ReadVariable": "var", "Assign": "var", "AssignAdd": "var",
+           "TensorArraySize": "ta_read", "TensorArrayStack": "ta_read", "TensorArrayGather": "ta_read",
+           "TensorArrayConcat": "ta_read", "ReadVariable": "var", "Assign": "var", "AssignAdd": "var",
            "AssignSub": "var"}
 
 
@@ -239,6 +242,7 @@ class FrameSource:
                 raise Blocked(p.nodes[e].name, "a resource handle leaves the frame")
         # resources: Enter position -> (use, element Type); see RESOURCE_USES
         self.ta_writers = []          # TensorArrayWrite nodes: (name, fids of the frames from this one to it)
+        self.handle_use = {}          # node using a resource handle -> the handle's use (RESOURCE_USES)
         self.frame_chain = []
         self.resources = {k: self._resource_use(e) for k, e in enumerate(a.enters)
                           if self.enter_types[k].dtype == "resource"}
@@ -283,6 +287,12 @@ class FrameSource:
                               "TensorArray writes or reads, Variable reads and assigns)")
             uses.add((op, dst))
         kinds = {_USE_OF[op] for op, _ in uses}
+        if kinds == {"ta_write", "ta_read"}:
+            if self._accumulating(enter):
+                raise Blocked(p.nodes[enter].name, "a gradient (accumulating) TensorArray both written and read in "
+                              "one frame: its reads are sums of the writes in key order, which compiled code does "
+                              "not keep")
+            kinds = {"ta_rw"}
         if len(kinds) != 1:
             raise Blocked(p.nodes[enter].name, f"a resource used as {' and '.join(sorted(kinds))} in one frame"
                           if kinds else "a resource handle no lowered op uses")
@@ -294,6 +304,11 @@ class FrameSource:
                 t = self._type(p.ins[i][slot][0], p.ins[i][slot][1], "stored value")
             elif op == "TensorArraySize":
                 continue
+            elif op in ("TensorArrayStack", "TensorArrayGather"):
+                t = self._type(i, 0, "read value")
+                t = t.with_shape(t.shape[1:]) if t.ndim else None
+                if t is None:
+                    raise Blocked(p.nodes[i].name, "a TensorArray stacked into a scalar")
             else:
                 t = self._type(i, 0, "read value")
             ts[(t.dtype, t.ndim)] = t
@@ -304,7 +319,19 @@ class FrameSource:
                           "a TensorArray whose size alone the frame reads")
         if use == "var":
             use = "var_rw" if any(op != "ReadVariable" for op, _ in uses) else "var"
+        for _, i in uses:
+            self.handle_use[i] = use
         return use, ts.popitem()[1]
+
+    def _accumulating(self, i):
+        """Whether the TensorArray handle node i passes on (through Enters, Switches, Identities) may be an
+        accumulating (gradient) one."""
+        p = self.plan
+        while p.nodes[i].op not in ("TensorArray", "TensorArrayGrad"):
+            if p.kind[i] not in (ENTER, SWITCH) and p.nodes[i].op != "Identity":
+                return True         # (made some other way: assume the worst)
+            i = p.ins[i][0][0]
+        return p.nodes[i].op == "TensorArrayGrad" or bool(p.nodes[i].attrs.get("accumulate", False))
 
     def dead_value(self, t):
         """What a dead value of Type t holds (never read): for an array, one empty array made once at the

@@ -148,6 +148,17 @@ class Resources:
                     items.append(hole)
             lst = _typed_list(items, dtype, ndim)
             return None if lst is None else (lst, ok, np.int64(len(obj.items)))
+        if use == "ta_rw":
+            # not an accumulating (gradient) TensorArray: its reads are sums keyed by writer and iteration
+            if not hasattr(obj, "read") or getattr(obj, "dtype", None) != dtype.name or getattr(obj, "accumulate", True):
+                return None
+            hole = dtype.type(0) if ndim == 0 else np.zeros((0,) * ndim, dtype)
+            lst = _typed_list([hole if v is None else v for v in obj.items], dtype, ndim)
+            if lst is None:
+                return None
+            written = np.array([v is not None for v in obj.items], np.bool_)
+            return (lst, _bools(written) if written.size else _empty(written.dtype, 0), _empty(np.dtype(np.int64), 0),
+                    _empty(dtype, ndim))
         if use in ("var", "var_rw"):
             if not hasattr(obj, "assign"):
                 return None
@@ -168,6 +179,8 @@ class Resources:
                     todo.append(lambda obj=obj, a=a: obj.__delitem__(slice(len(a), None)))
                 elif use == "ta_write":
                     undo.append(_write_all(obj, self._writes(a, dtype, ndim, tag)))
+                elif use == "ta_rw":
+                    undo.append(_write_all(obj, self._writes(a[2:], dtype, ndim, tag)))
                 elif use == "var_rw":
                     value = _back(a[0], dtype, ndim)
                     todo.append(lambda obj=obj, value=value: obj.assign(value, "Assign", self.name))
@@ -194,6 +207,12 @@ class Resources:
             out.append((ints[pos + 1], _back(v, dtype, ndim), (name, t, 0)))
             pos += 2 + len(chain)
         return out
+
+
+def _bools(a):
+    """A typed List of the bools of a non-empty 1-D array (which TensorArray elements are written)."""
+    from dfc.runtime.compiled import helpers as H
+    return H.to_list(a)
 
 
 def _ints(lst):

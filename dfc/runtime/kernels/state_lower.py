@@ -10,6 +10,8 @@ before the frame and applies its effects after the compiled code succeeded):
 - a TensorArray the frame writes: a write log (writer, index, the writer's iteration counters, value),
   written to the store afterwards with the keys the fused path uses, so gradient sums come out the same;
 - a TensorArray the frame reads: its elements, which it can read, and its size;
+- a TensorArray the frame writes and reads: its elements and which are written, and a write log (its
+  writes are made on the elements too, so reads after them in the frame see them);
 - a Variable: a typed List holding its value (read it, assign it; assigned back once at the end).
 An Assert checks its condition; a failed one raises, and the run replays fused, where the kernel raises the
 DfcAssertionError with its message and data.
@@ -104,10 +106,21 @@ def _local(e):
     return getattr(e.gen, "local_resources", False)
 
 
+def _use(e):
+    """How the frame uses the resource handle e's node takes (codegen.RESOURCE_USES), or None."""
+    return getattr(e.gen, "handle_use", {}).get(e.index)
+
+
+def _elements(e, what):
+    """Refuses a TensorArray e cannot hold the elements of (one made outside the compiled code that the
+    frame does not read)."""
+    if not _local(e) and _use(e) not in ("ta_read", "ta_rw"):
+        raise Unsupported(f"{what} of a TensorArray made outside the compiled code")
+
+
 @lowering("TensorArrayStack")
 def _ta_stack(e):
-    if not _local(e):
-        raise Unsupported("TensorArrayStack of a TensorArray made outside the compiled code")
+    _elements(e, "TensorArrayStack")
     t = e.outs[0]
     h = e.args[0]
     return [E.fmt("H.ta_stack_scalars({}[0], {}[1])" if t.ndim == 1 else "H.ta_stack({}[0], {}[1])", h, h)]
@@ -129,10 +142,38 @@ def _ta_unstack(e):
     return [_flow()]
 
 
+@lowering("TensorArrayGather")
+def _ta_gather(e):
+    _elements(e, "TensorArrayGather")
+    if e.ins[1].ndim != 1:
+        raise Unsupported("TensorArrayGather at indices that are not a 1-D tensor")
+    h = e.args[0]
+    return [E.fmt("H.ta_gather({}[0], {}[1], {})", h, h, e.args[1])]
+
+
+@lowering("TensorArrayScatter")
+def _ta_scatter(e):
+    if not _local(e):
+        raise Unsupported("TensorArrayScatter to a TensorArray made outside the compiled code (its writes' "
+                          "keys are positions, which the write log does not carry)")
+    dynamic, es = _ta_attrs(e, 0)
+    (h, idx, x), t = e.args[:3], e.ins[2]
+    if e.ins[1].ndim != 1 or t.ndim == 0:
+        raise Unsupported("TensorArrayScatter other than of rows at a 1-D tensor of indices")
+    if es is not None:
+        if len(es) != t.ndim - 1:
+            raise Unsupported("a TensorArray scattered a value of another rank than its elements")
+        _check_element_shape(e, x, es, 1)
+    k = e.tmp()
+    e.stmt("if {}.size != {}.shape[0]: raise ValueError('TensorArrayScatter: indices and values differ')", idx, x)
+    e.stmt("for {} in range({}.size):", k, idx)
+    e.stmt("    H.ta_write({}[0], {}[1], np.int64({}[{}]), {}[{}], {})", h, h, idx, k, x, k, E.lit(dynamic))
+    return [_flow()]
+
+
 @lowering("TensorArrayConcat")
 def _ta_concat(e):
-    if not _local(e):
-        raise Unsupported("TensorArrayConcat of a TensorArray made outside the compiled code")
+    _elements(e, "TensorArrayConcat")
     return [E.fmt("H.ta_concat({}[0], {}[1])", e.args[0], e.args[0])]
 
 
@@ -151,11 +192,16 @@ def _ta_write(e):
         e.stmt("H.ta_write({}[0], {}[1], np.int64({}), {}, {})", h, h, i, v, E.lit(dynamic))
         return [_flow()]
     g = e.gen
+    log = (E.fmt("{}[0]", h), E.fmt("{}[1]", h))
+    if _use(e) == "ta_rw":      # also written on the elements, which later reads in the frame see
+        dynamic, _ = _ta_attrs(e, 0)
+        e.stmt("H.ta_write({}[0], {}[1], np.int64({}), {}, {})", h, h, i, v, E.lit(dynamic))
+        log = (E.fmt("{}[2]", h), E.fmt("{}[3]", h))
     wid = len(g.ta_writers)
     g.ta_writers.append((e.node.name, tuple(g.frame_chain)))     # (data for resources.py, not source)
     for x in [E.fmt("np.int64({})", E.lit(wid)), E.fmt("np.int64({})", i)] + [E.ident("it", f) for f in g.frame_chain]:
-        e.stmt("{}[0].append({})", h, x)
-    e.stmt("{}[1].append({})", h, v)
+        e.stmt("{}.append({})", log[0], x)
+    e.stmt("{}.append({})", log[1], v)
     return [_flow()]
 
 
@@ -191,7 +237,7 @@ def _ta_read(e):
 
 @lowering("TensorArraySize")
 def _ta_size(e):
-    return [E.fmt("np.int64(len({}[0]))" if _local(e) else "{}[2]", e.args[0])]
+    return [E.fmt("np.int64(len({}[0]))" if _local(e) or _use(e) == "ta_rw" else "{}[2]", e.args[0])]
 
 
 @lowering("ReadVariable")
