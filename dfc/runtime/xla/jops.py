@@ -8,7 +8,6 @@ Imported only by lower.py, after jax is.
 """
 import numpy as np
 
-import jax
 import jax.numpy as jnp
 
 from dfc.errors import DfcGraphError
@@ -176,7 +175,3 @@ def lower(node, args):
         hot = jnp.asarray(args[0])[..., None] == jnp.arange(at["depth"])
         return [jnp.where(hot, at.get("on", 1.0), at.get("off", 0.0)).astype(at["dtype"])]
     raise NotLowerable(f"no XLA lowering for op {op}", node=node.name)
-
-
-def block(values):
-    return jax.block_until_ready(values)

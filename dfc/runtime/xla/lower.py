@@ -28,7 +28,7 @@ from dfc.errors import DfcRuntimeError
 from dfc.ir import ops as opreg
 from dfc.runtime import emit as E
 from dfc.runtime.executor import KernelContext
-from dfc.runtime.fused import (_TAGGED_OPS, ENTER, MERGE, NEXT, SWITCH, FrameProgram, NotFusable,
+from dfc.runtime.fused import (_TAGGED_OPS, MERGE, NEXT, SWITCH, FrameProgram, NotFusable,
                                _toposort)
 from dfc.runtime.kernels.registry import host
 from dfc.runtime.xla import jops

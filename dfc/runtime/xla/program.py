@@ -2,7 +2,6 @@
 import numpy as np
 
 import jax
-import jax.numpy as jnp
 
 from dfc.errors import DfcRuntimeError
 from dfc.ir import structure
@@ -84,8 +83,8 @@ class XlaProgram:
         feeds = self.feeds(*args)
         variables = self._variables()
         while True:
-            outs, lives, new_vars, under, highs = self._function(feeds, variables)(feeds, variables)
-            highs = {k: int(v) for k, v in highs.items()}
+            # one transfer of everything back (each value fetched on its own costs a sync of its own)
+            outs, lives, new_vars, under, highs = jax.device_get(self._function(feeds, variables)(feeds, variables))
             over = {int(k[1:]): h for k, h in highs.items() if h > self.caps[int(k[1:])]}
             if not over:
                 break
@@ -104,12 +103,4 @@ class XlaProgram:
             r = containers.get(n.attrs.get("container", "")).variable(n.attrs["shared_name"], lambda: value,
                                                                      node=n.name)
             r.assign(value)
-        values = [np.asarray(o) for o in outs]
-        return structure.pack(self.outputs, values)
-
-
-def block(x):
-    return jax.block_until_ready(x)
-
-
-__all__ = ["XlaProgram", "block", "jnp"]
+        return structure.pack(self.outputs, [np.asarray(o) for o in outs])
