@@ -137,21 +137,20 @@ def test_draws_in_loops_agree_on_every_path():
 
 
 @pytest.mark.host_devices("numba-compiled loop frames are CPU machine code")
-def test_a_loop_with_draws_compiles_natively(monkeypatch):
-    """No object mode: the frame's function is nopython and nogil, and its draws are philox_numba's."""
+def test_loops_with_draws_compile_natively():
+    """No object mode: the run's function (its loops inlined; the same source as run_all_modes' compiled path
+    above, so no second compile) is nopython and nogil, and its draws are philox_numba's."""
     pytest.importorskip("numba")
-    from dfc.runtime.compiled import root
-    monkeypatch.setattr(root, "ENABLED", False)
     g = _loop_program()
     s = dfc.Session(g, compile_loops=True, num_threads=0)
-    frames = s.compiled_frames()
-    assert {k: v["status"] for k, v in frames.items()} == {"while": "compiled", "while_1": "compiled"}
-    src = frames["while"]["source"]
+    run = s.compiled_run()
+    assert (run["status"], run["blocked_by"]) == ("compiled", None)
+    src = run["source"]
     assert "objmode" not in src and "kernel_call" not in src and "nogil=True" in src
     assert src.count("H.philox_normal(") == 2 and src.count("H.philox_uniform(") == 1
     ref = dfc.Session(g, mode="reference")
     for _ in range(2):
-        np.testing.assert_array_equal(s.call(np.int64(2), np.int64(3)), ref.call(np.int64(2), np.int64(3)))
+        np.testing.assert_array_equal(s.call(np.int64(3), np.int64(2)), ref.call(np.int64(3), np.int64(2)))
 
 
 def test_a_negative_dimension_is_an_error_naming_the_node():

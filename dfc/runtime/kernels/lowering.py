@@ -11,7 +11,7 @@ A rank-0 tensor is a numpy scalar of its dtype in compiled code, any other a C-c
 result must have exactly the dtype and rank of the op's kernel result (numba promotes scalars differently
 from numpy, so lowerings cast explicitly) and exactly its bits (where numba's own math differs, `e.loop` calls numpy's inner loop: dfc/runtime/compiled/npcall.py;
 where nothing in numba can give the kernel's results, `e.kernel_call` calls the kernel itself in numba's
-object mode, e.g. random draws).
+object mode).
 Elementwise ops also say how one element is computed inside a fused elementwise loop
 (math_lower.elementwise; dfc/runtime/compiled/fusion.py): by their own rank-0 lowering, or by numpy's loop
 over a whole buffer.
