@@ -187,3 +187,32 @@ def test_an_op_without_lowering_is_an_error_naming_its_node():
         to_jax(g)(np.int64(3))
     assert isinstance(e.value, dfc.DfcError) and e.value.node is not None
     assert "Random" in str(e.value)
+
+
+@dfc.function
+def _tensor_arrays(x, n):
+    xs = dfc.TensorArray("float64", size=0).unstack(x)
+    out = dfc.TensorArray("float64", size=0)
+    s = dfc.zeros_like(x[0])
+    i = 0
+    while i < n:
+        v = xs.read(i)
+        s = s + dfc.tanh(v) * s + v
+        out = out.write(i, s * 2.0)
+        i += 1
+    stacked = out.stack()
+    return stacked, dfc.gradients(dfc.reduce_sum(stacked * stacked), x)
+
+
+def test_tensor_arrays_grow_by_running_again_and_their_gradients_agree():
+    rng = np.random.default_rng(3)
+    args = (rng.standard_normal((INITIAL_CAPACITY + 6, 3)) * 0.1, np.int64(INITIAL_CAPACITY + 4))
+    g = _tensor_arrays.trace(*args)
+    prog = to_jax(g)
+    out = prog(*args)
+    assert out[0].shape == (INITIAL_CAPACITY + 4, 3)
+    _agree(out, _reference(g, *args))
+    reruns = prog.reruns
+    assert reruns >= 1              # the written array outran its buffer and its stacked length was learned
+    _agree(prog(*args), out)
+    assert prog.reruns == reruns

@@ -38,6 +38,8 @@ TRUE = frozenset()          # liveness: live (a conjunction of no literals)
 DEAD = None                 # liveness: dead whatever the inputs
 _STACK_OPS = ("StackV2", "StackPush", "StackPop")
 _VAR_OPS = ("VarHandle", "ReadVariable", "Assign", "AssignAdd", "AssignSub")
+_TA_OPS = ("TensorArray", "TensorArrayGrad", "TensorArrayWrite", "TensorArrayRead", "TensorArraySize",
+           "TensorArrayStack", "TensorArrayUnstack")
 
 
 class Analysis(FrameProgram):
@@ -66,6 +68,14 @@ class StackRef:
 
     def __init__(self, node):
         self.node = node
+
+
+class TARef:
+    """A TensorArray: its node (the state key), whether writes add up (gradient arrays), whether it grows."""
+    __slots__ = ("node", "accumulate", "dynamic", "grad")
+
+    def __init__(self, node, accumulate, dynamic, grad=False):
+        self.node, self.accumulate, self.dynamic, self.grad = node, accumulate, dynamic, grad
 
 
 class VarRef:
@@ -119,9 +129,14 @@ class Lowerer:
     """One trace of the run. discover=True: the abstract pass (under jax.eval_shape) that runs each loop
     body once to learn what each stack holds (`stack_avals`), before the real trace allocates buffers."""
 
-    def __init__(self, plan, analysis, types, caps, stack_avals, discover):
+    def __init__(self, plan, analysis, types, caps, stack_avals, discover, ta_lengths=None):
+        """caps: stack or TensorArray node -> entries its buffer holds; stack_avals: node -> (shape, dtype)
+        of an entry (found by the discover pass); ta_lengths: TensorArrayStack node -> the length it
+        stacks (static for XLA; program.py re-runs when the array's length differs)."""
         self.p, self.an, self.types, self.caps = plan, analysis, types, caps
         self.stack_avals, self.discover = stack_avals, discover
+        self.ta_lengths = ta_lengths if ta_lengths is not None else {}
+        self.ta_sizes, self.depth = {}, 0
         self.ctx = KernelContext()
 
     # ------------------------------------------------------------------ the run
@@ -131,10 +146,12 @@ class Lowerer:
         env, live = {}, {}
         for i, v in zip(self.feed_nodes(), feeds):
             env[(i, 0)], live[(i, 0)] = v, TRUE
-        state = {"poison": jnp.bool_(False), "under": jnp.bool_(False)}
+        state = {"poison": jnp.bool_(False), "under": jnp.bool_(False), "ta_error": jnp.bool_(False)}
+        self.stacked = {}
         state.update(variables)
         lits = Literals()
         self.eval_items(self.an.root, None, env, live, state, lits)
+        state["stacked"] = dict(self.stacked)       # (not state: the lengths each TensorArrayStack saw)
         outs, lives = [], []
         for ref in p.fetches:
             lv = live.get(ref, DEAD)
@@ -175,9 +192,11 @@ class Lowerer:
                 live[(i, k)] = DEAD
             return
         op = node.op
-        if pure and (op in _STACK_OPS or op in _VAR_OPS):
+        if pure and (op in _STACK_OPS or op in _VAR_OPS or op in _TA_OPS):
             raise NotLowerable("a stateful op computes part of a loop's predicate", node=node.name)
-        if op in _STACK_OPS:
+        if op in _TA_OPS:
+            outs = self._ta(node, i, vals, L, state, lits)
+        elif op in _STACK_OPS:
             outs = [self._stack(node, i, vals, L, state, lits)]
         elif op in _VAR_OPS:
             outs = [self._var(node, vals, L, state, lits)]
@@ -292,6 +311,106 @@ class Lowerer:
         state[f"s{s}"] = (buf, cnt, high)
         return buf.at[cnt].get(mode="clip")
 
+    def _ta(self, node, i, vals, L, state, lits):
+        """TensorArrays as (buffer, written mask, length, high-water mark) in the state."""
+        op, at = node.op, node.attrs
+        flow = jnp.float32(0.0)
+        if op in ("TensorArray", "TensorArrayGrad"):
+            if op == "TensorArray":
+                ref = TARef(i, at.get("accumulate", False), at.get("dynamic_size", True))
+                length = jnp.asarray(vals[0]).astype(jnp.int32).reshape(())
+                if _concrete(vals[0]):      # the first guess of what a TensorArrayStack stacks
+                    self.ta_sizes[i] = int(vals[0])
+            else:
+                fwd = vals[0]
+                if not isinstance(fwd, TARef):
+                    raise NotLowerable("the gradient of a TensorArray the prototype cannot follow", node=node.name)
+                ref = TARef(i, True, True, grad=True)
+                self.stack_avals.setdefault(i, self.stack_avals.get(fwd.node))
+                length = state[f"t{fwd.node}"][2] if f"t{fwd.node}" in state else jnp.int32(0)
+            es = at.get("element_shape")
+            if es is not None and None not in es and i not in self.stack_avals:
+                self.stack_avals[i] = (tuple(es), np.dtype(at["dtype"]))
+            if not self.discover:
+                known = self.stack_avals.get(i)
+                if known is None:
+                    raise NotLowerable("a TensorArray whose element shape is never known", node=node.name)
+                cap = self.caps[i]
+                state[f"t{i}"] = (jnp.zeros((cap,) + known[0], np.dtype(at["dtype"])), jnp.zeros(cap, bool),
+                                  length, length)
+            return [ref, flow]
+        ref = vals[0]
+        if not isinstance(ref, TARef):
+            raise NotLowerable(f"{op} on a TensorArray the prototype cannot follow", node=node.name)
+        t = ref.node
+        if op in ("TensorArrayWrite", "TensorArrayUnstack"):
+            x = jnp.asarray(vals[2] if op == "TensorArrayWrite" else vals[1])
+            elem = x.shape if op == "TensorArrayWrite" else x.shape[1:]
+            if self.discover:
+                known = self.stack_avals.setdefault(t, (elem, x.dtype))
+                if known[0] != elem:
+                    raise NotLowerable("writes of different shapes into one TensorArray", node=node.name)
+                return [flow]
+            buf, written, length, high = state[f"t{t}"]
+            cap = buf.shape[0]
+            lv = lits.value(L)
+            on = True if lv is True else lv
+            if op == "TensorArrayWrite":
+                idx = jnp.asarray(vals[1]).astype(jnp.int32).reshape(())
+                at_ = idx if lv is True else jnp.where(lv, idx, cap)
+                top = idx + 1
+                bad = (idx < 0) | (written.at[idx].get(mode="clip") & (idx < cap) & (not ref.accumulate))
+                buf = buf.at[at_].add(x, mode="drop") if ref.accumulate else buf.at[at_].set(x, mode="drop")
+                written = written.at[at_].set(True, mode="drop")
+            else:
+                n = x.shape[0]
+                if n > cap:            # static: ask for a larger buffer
+                    state[f"t{t}"] = (buf, written, length, jnp.maximum(high, n))
+                    return [flow]
+                rows = jnp.arange(n) if lv is True else jnp.where(lv, jnp.arange(n), cap)
+                buf = buf.at[rows].add(x, mode="drop") if ref.accumulate else buf.at[rows].set(x, mode="drop")
+                top = jnp.int32(n)
+                bad = jnp.any(written[:n]) & (not ref.accumulate)
+                written = written.at[rows].set(True, mode="drop")
+            if not ref.dynamic:
+                bad = bad | (top > length)
+            grown = jnp.maximum(length, top)
+            length = grown if lv is True else jnp.where(lv, grown, length)
+            state["ta_error"] = state["ta_error"] | (on & bad)
+            state[f"t{t}"] = (buf, written, length, jnp.maximum(high, length))
+            return [flow]
+        known = self.stack_avals.get(t)
+        if known is None:
+            raise NotLowerable("a TensorArray read before anything is written to it", node=node.name)
+        lv = lits.value(L)
+        on = True if lv is True else lv
+        if op == "TensorArraySize":
+            return [jnp.int64(0) if self.discover else state[f"t{t}"][2].astype(jnp.int64)]
+        if op == "TensorArrayRead":
+            if self.discover:
+                return [jnp.zeros(*known)]
+            buf, written, length, high = state[f"t{t}"]
+            idx = jnp.asarray(vals[1]).astype(jnp.int32).reshape(())
+            if not ref.accumulate:
+                state["ta_error"] = state["ta_error"] | (on & ((idx < 0) | (idx >= length)
+                                                                | ~written.at[idx].get(mode="clip")))
+            return [buf.at[idx].get(mode="clip")]
+        # TensorArrayStack: XLA needs its length statically; the run reports the real one (program.py)
+        if self.depth:
+            raise NotLowerable("TensorArrayStack inside a loop (its length would change per iteration)",
+                               node=node.name)
+        n = self.ta_lengths.get(i, self.ta_sizes.get(t, 0))
+        if self.discover:
+            return [jnp.zeros((n,) + tuple(known[0]), known[1])]
+        buf, written, length, high = state[f"t{t}"]
+        if n > buf.shape[0]:
+            state[f"t{t}"] = (buf, written, length, jnp.maximum(high, n))
+            return [jnp.zeros((n,) + buf.shape[1:], buf.dtype)]
+        if not ref.accumulate:
+            state["ta_error"] = state["ta_error"] | (on & ~jnp.all(written[:n]))
+        self.stacked[i] = (np.int32(n), length)
+        return [buf[:n]]
+
     def _var(self, node, vals, L, state, lits):
         op = node.op
         if op == "VarHandle":
@@ -395,11 +514,15 @@ class Lowerer:
                 out.append(v)
             return tuple(out), st
 
-        if self.discover:           # one iteration, abstractly: what the body pushes, and that shapes hold
-            body_fun((tuple(init), dict(state)))
-            final, st = tuple(init), dict(state)
-        else:
-            final, st = lax.while_loop(cond_fun, body_fun, (tuple(init), dict(state)))
+        self.depth += 1
+        try:
+            if self.discover:           # one iteration, abstractly: what the body pushes, and that shapes hold
+                body_fun((tuple(init), dict(state)))
+                final, st = tuple(init), dict(state)
+            else:
+                final, st = lax.while_loop(cond_fun, body_fun, (tuple(init), dict(state)))
+        finally:
+            self.depth -= 1
         outs = []
         for e in a.exits:
             outs.append(final[a.merges.index(a.switches[p.ins[e][0][0]])])

@@ -32,19 +32,22 @@ class XlaProgram:
         self.plan = p = Plan(graph, refs, [s["node"] for s in self.inputs], tuple(sig.get("targets", [])))
         self.analysis = Analysis(p, FrameIndex(p))
         self.types = graph.infer_types()
-        self.caps = {i: INITIAL_CAPACITY for i, n in enumerate(p.nodes) if n.op == "StackV2"}
+        self.caps = {i: INITIAL_CAPACITY for i, n in enumerate(p.nodes)
+                     if n.op in ("StackV2", "TensorArray", "TensorArrayGrad")}
+        self.ta_lengths = {}      # TensorArrayStack node -> the length the last run stacked
         self.variables = {var_key(n): n for n in p.nodes if n.op == "VarHandle"}
         self.reruns = 0
         self._avals, self._fns = {}, {}
 
     # ------------------------------------------------------------------ tracing
-    def _trace(self, caps, avals, discover, feeds, variables):
-        low = Lowerer(self.plan, self.analysis, self.types, dict(caps), avals, discover)
+    def _trace(self, caps, avals, discover, ta_lengths, feeds, variables):
+        low = Lowerer(self.plan, self.analysis, self.types, dict(caps), avals, discover, dict(ta_lengths))
         low.feed_names = [s["node"] for s in self.inputs]
         outs, lives, state = low.run(feeds, variables)
-        highs = {k: v[2] for k, v in state.items() if k.startswith("s")}
+        highs = {k: v[2] if k[0] == "s" else v[3] for k, v in state.items() if k[0] in "st" and k[1:].isdigit()}
         new_vars = {k: v for k, v in state.items() if k.startswith("v:")}
-        return outs, lives, new_vars, state["under"], highs
+        errors = {"under": state["under"], "ta_error": state["ta_error"]}
+        return outs, lives, new_vars, errors, highs, state["stacked"]
 
     def _function(self, feeds, variables):
         sig = (tuple((f.shape, f.dtype.str) for f in feeds), tuple(sorted((k, v.shape, v.dtype.str)
@@ -52,13 +55,13 @@ class XlaProgram:
         avals = self._avals.get(sig)
         if avals is None:        # the abstract pass: what each stack holds
             avals = {}
-            jax.eval_shape(lambda f, v: self._trace((), avals, True, f, v), feeds, variables)
+            jax.eval_shape(lambda f, v: self._trace((), avals, True, (), f, v), feeds, variables)
             self._avals[sig] = avals
-        key = (sig, tuple(sorted(self.caps.items())))
+        caps, lengths = tuple(sorted(self.caps.items())), tuple(sorted(self.ta_lengths.items()))
+        key = (sig, caps, lengths)
         fn = self._fns.get(key)
         if fn is None:
-            caps = tuple(sorted(self.caps.items()))
-            fn = self._fns[key] = jax.jit(lambda f, v: self._trace(caps, avals, False, f, v))
+            fn = self._fns[key] = jax.jit(lambda f, v: self._trace(caps, avals, False, lengths, f, v))
         return fn
 
     # ------------------------------------------------------------------ calling
@@ -84,15 +87,20 @@ class XlaProgram:
         variables = self._variables()
         while True:
             # one transfer of everything back (each value fetched on its own costs a sync of its own)
-            outs, lives, new_vars, under, highs = jax.device_get(self._function(feeds, variables)(feeds, variables))
-            over = {int(k[1:]): h for k, h in highs.items() if h > self.caps[int(k[1:])]}
-            if not over:
-                break
+            outs, lives, new_vars, errors, highs, stacked = jax.device_get(
+                self._function(feeds, variables)(feeds, variables))
+            over = {int(k[1:]): int(h) for k, h in highs.items() if h > self.caps[int(k[1:])]}
             for s, h in over.items():
                 self.caps[s] = 1 << (h - 1).bit_length()
+            wrong = {i: int(length) for i, (n, length) in stacked.items() if int(n) != int(length)}
+            self.ta_lengths.update({i: int(length) for i, (_, length) in stacked.items()})
+            if not over and not wrong:
+                break
             self.reruns += 1
-        if bool(under):
+        if bool(errors["under"]):
             raise DfcRuntimeError("pop from an empty stack")
+        if bool(errors["ta_error"]):
+            raise DfcRuntimeError("TensorArray index out of range, written twice, or read before it was written")
         for (i, _), lv in zip(self.plan.fetches, lives):
             if not bool(lv):
                 raise DfcRuntimeError("fetched value is dead (it comes from a branch that was not taken)",
