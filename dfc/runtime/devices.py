@@ -150,7 +150,9 @@ class Predicates:
         hit = self.seen.get(id(v))
         if hit is not None and hit[0] is v:
             return hit[1]
-        b = bool(v.get()) if v.size == 1 else bool(v)       # bool() of several values raises, as on numpy
+        if v.size != 1:         # as numpy's bool(); cupy's takes an empty array as False
+            raise ValueError(f"the truth value of an array of {v.size} elements is ambiguous")
+        b = bool(v.get())
         if len(self.seen) >= self.size:
             self.seen.pop(next(iter(self.seen)))
         self.seen[id(v)] = (v, b)
@@ -439,8 +441,28 @@ class GPUDevice(Device):
         with self._on(stream):
             if event is not None:
                 stream.wait_event(event)
-            out = self._peer_copy(v, stream) if is_device_array(v) else self._cp.asarray(v)
+            out = self._peer_copy(v, stream) if is_device_array(v) else self._from_host(v, stream)
             self.compute_stream.wait_event(self._event(stream))
+        return out
+
+    def _incoming(self, stream, shape, dtype, order="C"):
+        """A new array that a copy on `stream` fills and the compute stream reads. cupy's pool hands a freed
+        block to the next allocation on the stream that allocated it, knowing nothing of other streams: an
+        array allocated on the copy stream and freed once the kernel reading it was queued (not run) could
+        be overwritten by the next copy before that kernel ran. So the block comes from the compute stream's
+        pool, and the copy waits for the compute work queued before it was taken (its last users)."""
+        with self._on(self.compute_stream):
+            out = self._cp.empty(shape, dtype, order=order)
+            ready = self._event(self.compute_stream)
+        stream.wait_event(ready)
+        return out
+
+    def _from_host(self, v, stream):
+        v = np.asarray(v)
+        if not v.flags.c_contiguous:
+            v = np.ascontiguousarray(v)      # (never for 0-d: ascontiguousarray would make it 1-d)
+        out = self._incoming(stream, v.shape, v.dtype)
+        out.set(v, stream=stream)
         return out
 
     def _peer_copy(self, v, stream):
@@ -453,7 +475,7 @@ class GPUDevice(Device):
                 stream.wait_event(self._event(src_stream))
         # a byte copy into a buffer of the same layout: a transposed (Fortran-ordered) value stays so, as it
         # is on the host, and the kernels reading it (matmul) give the same bits as on the sending device
-        out = cp.empty(v.shape, v.dtype, order="C" if v.flags.c_contiguous else "F")
+        out = self._incoming(stream, v.shape, v.dtype, order="C" if v.flags.c_contiguous else "F")
         out.data.copy_from_device_async(v.data, v.nbytes, stream)
         stream.synchronize()     # the source may be freed once its Recv is done
         return out
@@ -483,7 +505,7 @@ class GPUDevice(Device):
 
     def copy_from_host(self, v):
         with self._on(self.swap_in_stream):
-            out = self._cp.asarray(v)
+            out = self._from_host(v, self.swap_in_stream)
             self.compute_stream.wait_event(self._event(self.swap_in_stream))
         return out
 

@@ -200,6 +200,53 @@ def _check_ready(a, stream, what):
 
 
 # ---------------------------------------------------------------------------------- memory
+# cupy's pool hands a freed block to the next allocation on the stream that allocated it, knowing nothing of
+# other streams: a block freed while another stream's queued work may still read it can be overwritten by
+# the allocating stream's next array (PyTorch's record_stream exists for this); and an array allocated on one
+# stream but written by another may be a block the allocating stream's queued work still uses. The double
+# records the reads of each block by other streams and refuses both orders a real GPU would race on.
+
+def _block(a):
+    return a if a._owner is None else a._owner
+
+
+def _note_read(a, stream):
+    b = _block(a)
+    if stream is not b._pool_stream:
+        b._reads[stream] = stream.seq + 1         # the read is the stream's next operation
+
+
+def _unsafe(alloc, reader, pos):
+    return reader.completed < pos and alloc.waited.get(reader, 0) < pos
+
+
+def _release(dev, n, alloc, reads):
+    _pool._free(dev, n)
+    pending = [(t, pos) for t, pos in reads.items() if _unsafe(alloc, t, pos)]
+    if pending:
+        alloc.reuse_hazards = getattr(alloc, "reuse_hazards", []) + pending
+
+
+def _check_reuse(stream):
+    hazards = getattr(stream, "reuse_hazards", None)
+    if hazards:
+        stream.reuse_hazards = []
+        bad = [(t, pos) for t, pos in hazards if _unsafe(stream, t, pos)]
+        if bad:
+            t, pos = bad[0]
+            raise StreamOrderError(f"an array allocated on a stream may reuse the memory of an array freed while "
+                                   f"another stream's operation {pos} (done up to {t.completed}) may still read "
+                                   f"it (a race on a real GPU: cupy's pool reuses freed blocks per stream)")
+
+
+def _check_write(a, stream):
+    b = _block(a)
+    alloc = b._pool_stream
+    if stream is not alloc and alloc.completed < b._born and stream.waited.get(alloc, 0) < b._born:
+        raise StreamOrderError("a stream writes an array allocated on another stream without waiting for the "
+                               "work that stream queued before the allocation (a race on a real GPU: the block "
+                               "may be one that work still uses)")
+
 
 class MemoryPool:
     """cupy's default memory pool, per device: bytes in use, and a limit (the device's capacity)."""
@@ -258,6 +305,8 @@ class _MemoryPointer:
         dst, src = self.arr, src.arr
         stream = stream or get_current_stream()
         _check_ready(src, stream, "a device-to-device copy")
+        _check_write(dst, stream)
+        _note_read(src, stream)
         same = ((src._a.flags.c_contiguous and dst._a.flags.c_contiguous)
                 or (src._a.flags.f_contiguous and dst._a.flags.f_contiguous))
         if size != src.nbytes or size != dst.nbytes or not same or src.shape != dst.shape:
@@ -276,7 +325,7 @@ _IMPLICIT = ("Implicit conversion to a NumPy array is not allowed. Please use `.
 
 class StrictArray:
     """A device array of the strict double (see the module docstring)."""
-    __slots__ = ("_a", "_dev", "_stream", "_seq", "_owner", "__weakref__")
+    __slots__ = ("_a", "_dev", "_stream", "_seq", "_owner", "_pool_stream", "_born", "_reads", "__weakref__")
     __array_priority__ = 100
     __array_ufunc__ = None      # numpy ufuncs refuse device arrays (use xp.<ufunc>)
     __hash__ = None
@@ -287,9 +336,12 @@ class StrictArray:
         if owner is not None:       # a view: no work queued, ready when its owner's last writer is
             self._stream, self._seq = owner._stream, owner._seq
         else:
+            _check_reuse(stream)
+            self._born = stream.seq          # the allocating stream's work so far: other streams write after it
             self._stream, self._seq = stream, stream.launch()
+            self._pool_stream, self._reads = stream, {}
             n = _pool._malloc(dev, a.nbytes)
-            weakref.finalize(self, _pool._free, dev, n)
+            weakref.finalize(self, _release, dev, n, stream, self._reads)
 
     def __array__(self, *args, **kwargs):
         raise TypeError(_IMPLICIT)
@@ -332,9 +384,10 @@ class StrictArray:
     def set(self, arr, stream=None):
         if not isinstance(arr, np.ndarray):
             raise TypeError(f"Only numpy.ndarray can be set to cupy.ndarray, got {type(arr)}")
+        stream = stream or _on(self._dev, get_current_stream)
+        _check_write(self, stream)
         self._a[...] = arr
-        self._stream = stream or _on(self._dev, get_current_stream)
-        self._seq = self._stream.launch()
+        self._stream, self._seq = stream, stream.launch()
         _count(self._dev, "h2d")
 
     def _sync(self):
@@ -431,6 +484,7 @@ def _use(a):
                          f"current = {dev}")
     s = get_current_stream()
     _check_ready(a, s, "a kernel")
+    _note_read(a, s)
     return dev, s
 
 
@@ -663,7 +717,8 @@ class Fused:
             data = np.array(np.broadcast_to(o.a, full), copy=True)
             arr = StrictArray.__new__(StrictArray)      # all outputs of the one launch
             arr._a, arr._dev, arr._owner, arr._stream, arr._seq = data, dev, None, s, seq
-            weakref.finalize(arr, _pool._free, dev, _pool._malloc(dev, data.nbytes))
+            arr._pool_stream, arr._born, arr._reads = s, seq - 1, {}
+            weakref.finalize(arr, _release, dev, _pool._malloc(dev, data.nbytes), s, arr._reads)
             res.append(arr)
         with _lock:
             fuse_stats["kernels"] += 1

@@ -2,11 +2,27 @@
 
 numpy raises LinAlgError for a singular matrix (solve, inv) or one that is not positive definite
 (cholesky); the executor reports it as a DfcRuntimeError naming the node. cupy does not check by
-default: it returns NaNs instead.
+default (it returns NaNs, a silently wrong answer), so on a GPU those kernels run under
+`cupyx.errstate(linalg="raise")`: cupy then reads cuSOLVER's status (one device sync per call) and raises
+numpy's LinAlgError as numpy does.
 """
 import numpy as np
 
 from dfc.runtime.kernels.registry import direct, kernel
+
+
+def _checked(xp, f):
+    if xp is np:
+        return f
+    try:
+        import cupyx
+    except ImportError:     # the strict double: numpy's linalg underneath, which raises by itself
+        return f
+
+    def g(*a):
+        with cupyx.errstate(linalg="raise"):
+            return f(*a)
+    return g
 
 
 def _lower(xp, x):
@@ -22,19 +38,19 @@ def _solve(node, xp):
         a = xp.broadcast_to(a, batch + a.shape[-2:])
         b = xp.broadcast_to(b, batch + b.shape[-2:])
         return xp.linalg.solve(a, b)
-    return direct(f)
+    return direct(_checked(xp, f))
 
 
 @kernel("MatrixInverse")
 def _inv(node, xp):
-    return direct(lambda x: xp.linalg.inv(x))
+    return direct(_checked(xp, lambda x: xp.linalg.inv(x)))
 
 
 @kernel("Cholesky")
 def _cholesky(node, xp):
     # Only the lower triangle is read (as numpy.linalg.cholesky does); symmetrising first makes
     # every backend agree on that.
-    return direct(lambda x: xp.linalg.cholesky(_lower(xp, x)))
+    return direct(_checked(xp, lambda x: xp.linalg.cholesky(_lower(xp, x))))
 
 
 @kernel("MatrixDeterminant")
