@@ -9,8 +9,8 @@ kept symbolically, so the Merge of a cond's two branches is live exactly where t
 compute, the Merge selects, and side effects (stack pushes and pops, Variable assigns) take effect only
 where their node is live. A loop frame that may be dead (inside an untaken branch) runs under lax.cond.
 
-Stacks are preallocated buffers: a push writes at `count` (dropped past the capacity), a pop reads at
-`count - 1`. The capacities are static (part of what is compiled); the run reports each stack's
+Stacks are preallocated buffers: a push writes at `count` (past the capacity, or when the push is dead,
+into one spare row), a pop reads at `count - 1`. The capacities are static (part of what is compiled); the run reports each stack's
 high-water mark, and program.py re-runs with larger buffers when a loop outran one. Once a pop reads past
 a capacity its value is garbage, so every loop stops (the flag `poison` joins each loop predicate): a
 gradient loop driven by popped counts cannot run away before the re-run.
@@ -276,7 +276,8 @@ class Lowerer:
         if op == "StackV2":
             if not self.discover and i in self.stack_avals:
                 shape, dtype = self.stack_avals[i]
-                state[f"s{i}"] = (jnp.zeros((self.caps[i],) + shape, dtype), jnp.int32(0), jnp.int32(0))
+                # one row more than the capacity: the row that dead and overflowing pushes write
+                state[f"s{i}"] = (jnp.zeros((self.caps[i] + 1,) + shape, dtype), jnp.int32(0), jnp.int32(0))
             return StackRef(i)
         ref = vals[0]
         if not isinstance(ref, StackRef):
@@ -291,8 +292,11 @@ class Lowerer:
                 return vals[1]
             buf, cnt, high = state[f"s{s}"]
             lv = lits.value(L)
-            at = cnt if lv is True else jnp.where(lv, cnt, self.caps[s])
-            buf = buf.at[at].set(x.astype(buf.dtype), mode="drop")     # past the capacity: dropped, re-run
+            cap = self.caps[s]
+            at = jnp.minimum(cnt, cap) if lv is True else jnp.where(lv, jnp.minimum(cnt, cap), cap)
+            # an in-place row update (a scatter costs more per iteration); past the capacity it writes the
+            # spare row, and the run is repeated with more rows
+            buf = lax.dynamic_update_index_in_dim(buf, x.astype(buf.dtype), at, 0)
             cnt = cnt + 1 if lv is True else cnt + lv.astype(jnp.int32)
             state[f"s{s}"] = (buf, cnt, jnp.maximum(high, cnt))
             return vals[1]
@@ -309,7 +313,7 @@ class Lowerer:
         state["under"] = state["under"] | (on & (cnt < 0))
         state["poison"] = state["poison"] | (on & (high > self.caps[s]))
         state[f"s{s}"] = (buf, cnt, high)
-        return buf.at[cnt].get(mode="clip")
+        return lax.dynamic_index_in_dim(buf, jnp.clip(cnt, 0, self.caps[s]), 0, keepdims=False)
 
     def _ta(self, node, i, vals, L, state, lits):
         """TensorArrays as (buffer, written mask, length, high-water mark) in the state."""
