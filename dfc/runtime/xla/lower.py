@@ -2,18 +2,22 @@
 
 The frames, their loop variables, predicate and body come from fused.py's analysis (FrameAnalysis, run by
 `Analysis` without generating code). Each loop frame becomes a lax.while_loop whose carry is the frame's
-loop Merges plus the run's state: every gradient stack as (buffer, count, high-water mark), every Variable's
-value, and two flags. Conds inside frames are predicated, as JAX programs write them with jnp.where: a
-Switch gives its two outputs the liveness `live & p` and `live & ~p` (a conjunction of predicate literals,
-kept symbolically, so the Merge of a cond's two branches is live exactly where the cond was), both branches
-compute, the Merge selects, and side effects (stack pushes and pops, Variable assigns) take effect only
-where their node is live. A loop frame that may be dead (inside an untaken branch) runs under lax.cond.
+loop Merges plus the run's state: every gradient stack as (buffer, count, high-water mark), every
+TensorArray, every Variable's value, and the error flags. Conds inside frames are predicated, as JAX
+programs write them with jnp.where: a Switch gives its two outputs the liveness `live & p` and
+`live & ~p` (a conjunction of predicate literals, kept symbolically, so the Merge of a cond's two
+branches is live exactly where the cond was), both branches compute, the Merge selects, and side effects
+(stack pushes and pops, TensorArray writes, Variable assigns) take effect only where their node is live.
+A loop frame that may be dead (inside an untaken branch) runs under lax.cond.
 
 Stacks are preallocated buffers: a push writes at `count` (past the capacity, or when the push is dead,
-into one spare row), a pop reads at `count - 1`. The capacities are static (part of what is compiled); the run reports each stack's
-high-water mark, and program.py re-runs with larger buffers when a loop outran one. Once a pop reads past
-a capacity its value is garbage, so every loop stops (the flag `poison` joins each loop predicate): a
-gradient loop driven by popped counts cannot run away before the re-run.
+into one spare row), a pop reads at `count - 1`. TensorArrays are buffers with a mask of written rows and
+a length. The capacities, and the length each TensorArrayStack gives, are static (part of what is
+compiled); the run reports the high-water marks and lengths, and program.py runs again with larger
+buffers when a loop outran one. Once a pop reads past a capacity its value is garbage, so every loop
+stops (the flag `poison` joins each loop predicate): a gradient loop driven by popped counts cannot run
+away before the re-run. Errors dfc raises at run time (pop from an empty stack, a TensorArray index out
+of range, written twice or read unwritten) are flags the run returns.
 
 Every op whose inputs are all concrete numpy values (constants, shapes: XLA shapes are static) is folded
 with dfc's own numpy kernel, so shape arithmetic has dfc's exact semantics and gives XLA static shapes.
