@@ -87,3 +87,56 @@ def test_a_child_that_fails_leaves_the_frame_fused(monkeypatch, tmp_path):
     for _ in range(2):
         np.testing.assert_array_equal(s.call(x, np.int64(4))[1], want[1])
     assert not f._compiled_once and f.runs["compiled"] == 0
+
+
+
+# A new process running a gradient loop compiled (loop frames one by one: the gradient frame takes the forward
+# loop's stack in and out), printing what numba compiled during its first call and where the frames came from.
+_GRADIENT_RUN = """
+import json
+import numpy as np
+from numba.core import event
+import dfc
+from dfc.runtime import compiled
+
+def step(x, w, n):
+    def body(i, h, acc):
+        h = dfc.tanh(h * w + 0.5)
+        return i + 1, h, acc + dfc.reduce_sum(h * h)
+    _, h, acc = dfc.while_loop(lambda i, h, acc: i < n, body, (0, x, dfc.constant(np.float64(0))))
+    return acc, dfc.gradients(acc, [w])[0]
+
+g = dfc.trace(step, dfc.TensorSpec([4], "float64"), dfc.TensorSpec([4], "float64"), dfc.TensorSpec([], "int64"))
+s = dfc.Session(g, compile_loops=True, num_threads=0)
+rec = event.RecordingListener()
+with event.install_listener("numba:compile", rec):
+    out = s.call(np.linspace(0, 1, 4), np.full(4, 0.7), np.int64(6))
+print(json.dumps({"compiled": sorted({d["dispatcher"].py_func.__qualname__ for _, e in rec.buffer if e.is_start
+                                      for d in [e.data]}),
+                  "frames": sorted((st["frame"], st["cached"]) for st in compiled.stats()),
+                  "out": [np.asarray(v).tolist() for v in out]}))
+"""
+
+
+def test_a_second_process_runs_a_gradient_loop_from_the_disk_cache_without_compiling(tmp_path):
+    """The second process loads both frames' machine code and compiles nothing at all on its first call:
+    not the frames, and not what carries the gradient stack in and out (a typed List's own methods, which
+    numba does not cache, were compiled again in every process)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, DFC_CACHE_DIR=str(tmp_path), DFC_COMPILE_ROOT="0", DFC_COMPILE_LOOPS="1")
+    env.pop("DFC_COMPILE_BUDGET", None)
+    runs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", _GRADIENT_RUN], env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert [f for f, _ in first["frames"]] == ["while", "while_grad"], first
+    assert second["frames"] == [("while", True), ("while_grad", True)] or \
+        second["frames"] == [["while", True], ["while_grad", True]], second
+    assert second["compiled"] == [], second
+    np.testing.assert_array_equal(second["out"][1], first["out"][1])

@@ -66,9 +66,10 @@ def _typed_list(items, dtype, ndim):
                 return H.to_list(np.stack(items))
             except ValueError:          # elements of several shapes: one by one
                 pass
+    from dfc.runtime.compiled import lists as L
     lst = _empty(dtype, ndim)
     for v in items:
-        lst.append(arg(v, dtype, ndim))
+        L.append(lst, arg(v, dtype, ndim))
     return lst
 
 
@@ -88,15 +89,15 @@ def _rows_of(items):
 
 def _from_list(lst, dtype, ndim):
     """The elements of a typed List from compiled code, as the kernels hold them (numpy scalars, arrays)."""
-    from dfc.runtime.compiled import helpers as H
-    if not len(lst):
+    from dfc.runtime.compiled import helpers as H, lists as L
+    if not L.length(lst):
         return []
     if ndim == 0:
         return list(H.list_to_scalars(lst, np.empty(0, dtype)))
-    if lst[0].nbytes >= BIG:
-        return list(lst)
+    if L.item(lst, 0).nbytes >= BIG:
+        return L.items(lst)
     rows, ok = H.list_to_rows(lst)
-    return list(rows) if ok else list(lst)
+    return list(rows) if ok else L.items(lst)
 
 
 def _back(x, dtype, ndim):
@@ -150,7 +151,8 @@ class Resources:
             return None if lst is None else (lst, ok, np.int64(len(obj.items)))
         if use == "ta_rw":
             # not an accumulating (gradient) TensorArray: its reads are sums keyed by writer and iteration
-            if not hasattr(obj, "read") or getattr(obj, "dtype", None) != dtype.name or getattr(obj, "accumulate", True):
+            if not hasattr(obj, "read") or getattr(obj, "dtype", None) != dtype.name or \
+                    getattr(obj, "accumulate", True):
                 return None
             hole = dtype.type(0) if ndim == 0 else np.zeros((0,) * ndim, dtype)
             lst = _typed_list([hole if v is None else v for v in obj.items], dtype, ndim)
@@ -176,13 +178,13 @@ class Resources:
                 if use == "push":
                     todo.append(lambda obj=obj, a=a, dtype=dtype, ndim=ndim: obj.extend(_from_list(a, dtype, ndim)))
                 elif use == "pop":
-                    todo.append(lambda obj=obj, a=a: obj.__delitem__(slice(len(a), None)))
+                    todo.append(lambda obj=obj, n=_length(a): obj.__delitem__(slice(n, None)))
                 elif use == "ta_write":
                     undo.append(_write_all(obj, self._writes(a, dtype, ndim, tag)))
                 elif use == "ta_rw":
                     undo.append(_write_all(obj, self._writes(a[2:], dtype, ndim, tag)))
                 elif use == "var_rw":
-                    value = _back(a[0], dtype, ndim)
+                    value = _back(_item0(a), dtype, ndim)
                     todo.append(lambda obj=obj, value=value: obj.assign(value, "Assign", self.name))
         except Exception:   # noqa: BLE001 — Replay, or anything else: the fused path replays the frame
             for u in reversed(undo):
@@ -218,7 +220,18 @@ def _bools(a):
 def _ints(lst):
     """The int64s of a typed List as Python ints."""
     from dfc.runtime.compiled import helpers as H
-    return H.list_to_scalars(lst, np.empty(0, np.int64)).tolist() if len(lst) else []
+    return H.list_to_scalars(lst, np.empty(0, np.int64)).tolist() if _length(lst) else []
+
+
+# (a typed List's own len() and [] from Python compile anew in every process: lists.py)
+def _length(lst):
+    from dfc.runtime.compiled import lists as L
+    return L.length(lst)
+
+
+def _item0(lst):
+    from dfc.runtime.compiled import lists as L
+    return L.item(lst, 0)
 
 
 def _write_all(store, writes):
