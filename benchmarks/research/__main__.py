@@ -19,12 +19,12 @@ RESULTS = os.path.join(os.path.dirname(HERE), "results")
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def run_case(name, size, settle, budget, timeout):
+def run_case(name, size, settle, budget, timeout, compile_loops="default"):
     """One case in a fresh process and cache directory: its result dict, or one saying why there is none."""
     with tempfile.TemporaryDirectory(prefix="dfc-research-cache-") as cache:
         env = dict(os.environ, DFC_CACHE_DIR=cache, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         cmd = [sys.executable, "-m", "benchmarks.research.run", name, "--size", size, "--settle", str(settle),
-               "--budget", str(budget)]
+               "--budget", str(budget), "--compile-loops", compile_loops]
         start, load = time.perf_counter(), os.getloadavg()[0]
         try:
             p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
@@ -53,8 +53,22 @@ def _ratio(a, b):
     return f"{a / b:.2f}×" if a is not None and b else "—"
 
 
+def _frames(d):
+    """How dfc ran its compilable loop frames while the steady state was timed, and its compiles."""
+    runs = d.get("frame_runs_steady")
+    if runs is None:
+        return "—"
+    total = runs["compiled"] + runs["fused"]
+    text = f"{runs['compiled']}/{total} compiled" if total else "no compilable frame"
+    done = [f"{s:.1f} s {how}" for _, s, how in d.get("compiles", [])]
+    text += "; compiles: " + ", ".join(done) if done else "; no compile finished"
+    jobs = [f"{state} {secs:.0f} s" for _, state, secs, _ in d.get("background_jobs", []) if state != "compiled"]
+    return text + ("; background: " + ", ".join(jobs) if jobs else "")
+
+
 def failures(res):
-    """[(case, what failed, message)]: dfc errors, failed checks, competitors that could not run."""
+    """[(case, what failed, message)]: dfc errors, failed checks, loop frames dfc does not compile,
+    competitors that could not run."""
     out = []
     for r in res["cases"]:
         if "error" in r:
@@ -66,6 +80,11 @@ def failures(res):
             if not c["ok"] and not ("error" in r["dfc"] and r["dfc"]["error"] in c.get("error", "")):
                 out.append((r["name"], f"check: {c['label']}",
                             c.get("error") or f"max abs error {c['max_abs_error']}, max rel error {c['max_rel_error']}"))
+        for frame, status, node, reason in dict.fromkeys(map(tuple, r["dfc"].get("not_compiled", []))):
+            out.append((r["name"], f"frame {frame} {status}" + (f" (blocked by {node})" if node else ""), reason))
+        for frame, state, secs, err in r["dfc"].get("background_jobs", []):
+            if state == "failed":
+                out.append((r["name"], f"background compile of {frame} failed after {secs:.1f} s", err))
         for key in ("jax", "torch"):
             if "error" in r.get(key, {}) and r[key]["error"] != "—":
                 out.append((r["name"], key, r[key]["error"]))
@@ -75,7 +94,9 @@ def failures(res):
 def report(res):
     m = res["machine"]
     c = m["conditions"]
-    L = [f"### Research programs: dfc in its default mode against JAX jit, PyTorch eager and numpy", "",
+    mode = res.get("compile_loops", "default")
+    L = [f"### Research programs: dfc in {'its default mode' if mode == 'default' else 'DFC_COMPILE_LOOPS=' + mode} "
+         f"against JAX jit, PyTorch eager and numpy", "",
          f"{c['date']}; {m['cpus']} cores {m['processor']}; BLAS threads: {c['blas_threads']}; numpy's OpenBLAS "
          f"kernels: {c['blas_kernels']}; versions: " + ", ".join(f"{k} {v or 'not installed'}"
                                                                  for k, v in c["versions"].items())
@@ -85,9 +106,9 @@ def report(res):
          "`@dfc.function` (trace, plan, run; in the default mode any compile runs in the background); then the "
          f"program is called for {res['settle_s']:g} s as a user would (median of its first and last 5 calls), and "
          "the steady state of every system is timed round-robin (median ms, ≥ 5 calls each). JAX first call: "
-         "trace + compile + run. `frames at end`: how dfc ran the program's loop frames after all calls.", "",
+         "trace + compile + run. `dfc frame runs`: of the runs of dfc's compilable loop frames while the steady state was timed, how many ran compiled, and the compiles that had finished (in a background child, in the process, or loaded from the cache) by the end.", "",
          "| program | load | dfc first call s | JAX first call s | dfc ÷ JAX (first) | dfc settling: first → last ms | "
-         "dfc ms | JAX ms | PyTorch ms | numpy ms | dfc ÷ JAX | PyTorch ÷ JAX | numpy ÷ JAX | dfc frames at end | "
+         "dfc ms | JAX ms | PyTorch ms | numpy ms | dfc ÷ JAX | PyTorch ÷ JAX | numpy ÷ JAX | dfc frame runs | "
          "dfc agrees |", "|" + "---|" * 15]
     for r in res["cases"]:
         if "error" in r:
@@ -97,7 +118,7 @@ def report(res):
         settle = d.get("settle")
         settling = (f"{_f(settle['first_calls_median_ms'])} → {_f(settle['last_calls_median_ms'])} "
                     f"({settle['calls']} calls)") if settle else "—"
-        frames = ", ".join(f"{n} {k}" for k, n in sorted(d.get("frames_at_end", {}).items())) or "—"
+        frames = _frames(d)
         agree = "; ".join(("yes" if c["ok"] else "**no**") + f" ({c['label']}"
                           + (f", rel {c['max_rel_error']:.1e})" if c.get("max_rel_error") is not None else ")")
                           for c in r["checks"])
@@ -121,6 +142,11 @@ def report(res):
     return "\n".join(L) + "\n"
 
 
+def _stem(compile_loops):
+    """research.json/.md for the default mode; research_compile_loops_X for a forced one."""
+    return "research" if compile_loops == "default" else f"research_compile_loops_{compile_loops}"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
@@ -128,26 +154,35 @@ def main(argv=None):
     ap.add_argument("--settle", type=float, default=8.0, help="seconds of dfc calls after its first one")
     ap.add_argument("--budget", type=float, default=6.0, help="seconds of round-robin timing at most, per case")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per case before it is reported as hung")
+    ap.add_argument("--compile-loops", default="default", choices=("default", "auto", "0", "1"),
+                    help="dfc's DFC_COMPILE_LOOPS (default: unset, the library's default mode)")
     ap.add_argument("--no-save", action="store_true")
     a = ap.parse_args(argv)
     from benchmarks.__main__ import machine
     from benchmarks.research import case_names
     names = [n for n in case_names() if not a.only or n in a.only.split(",")]
-    res = {"machine": machine(), "size": a.size, "settle_s": a.settle, "budget_s": a.budget,
+    res = {"machine": machine(), "size": a.size, "compile_loops": a.compile_loops, "settle_s": a.settle, "budget_s": a.budget,
            "load_avg_at_start": os.getloadavg()[0], "cases": []}
     for name in names:
         print(f"== {name}", flush=True)
-        res["cases"].append(run_case(name, a.size, a.settle, a.budget, a.timeout))
+        res["cases"].append(run_case(name, a.size, a.settle, a.budget, a.timeout, a.compile_loops))
         res["load_avg_at_end"] = os.getloadavg()[0]
+    if not a.no_save:           # the measurements first, whatever happens to the table
+        os.makedirs(RESULTS, exist_ok=True)
+        with open(os.path.join(RESULTS, _stem(a.compile_loops) + ".json"), "w") as f:
+            json.dump(res, f, indent=1, default=float)
     text = report(res)
     if not a.no_save:
-        os.makedirs(RESULTS, exist_ok=True)
-        with open(os.path.join(RESULTS, "research.json"), "w") as f:
-            json.dump(res, f, indent=1, default=float)
-        with open(os.path.join(RESULTS, "research.md"), "w") as f:
+        with open(os.path.join(RESULTS, _stem(a.compile_loops) + ".md"), "w") as f:
             f.write(text)
     print(text)
     return res
+
+
+def from_json(path=os.path.join(RESULTS, "research.json")):
+    """The table of a saved run (python -c 'from benchmarks.research.__main__ import from_json; print(from_json())')."""
+    with open(path) as f:
+        return report(json.load(f))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,11 @@ case, with an empty DFC_CACHE_DIR): dfc's first call in the default mode and its
 and the steady state of dfc, JAX, PyTorch and numpy timed round-robin (benchmarks/harness.py).
 Prints one JSON line.
 
-    python -m benchmarks.research.run NAME [--size bench|tiny] [--settle 8] [--budget 6]
+    python -m benchmarks.research.run NAME [--size bench|tiny] [--settle 8] [--budget 6] [--compile-loops MODE]
+
+dfc runs in the library's default mode: the benchmarks package sets DFC_COMPILE_LOOPS=0 for its other
+workloads (benchmarks/__init__.py), so this process removes it again before any Session is made
+(--compile-loops auto|0|1 sets it instead).
 """
 import argparse
 import json
@@ -42,23 +46,70 @@ def compare_results(ref, got, rtol, atol):
     return abs_err, rel_err, ok
 
 
-def frames_status():
-    """How the loop frames of every graph called in this process ran at the end: status -> count
-    ("compiled", "fused", "not fused"), from the Sessions dfc made for `graph(...)` calls."""
+def frame_runs():
+    """How the loop frames dfc could compile ran so far in this process: {"compiled": runs, "fused": runs},
+    summed over the compiled-frame objects of every Session dfc made for `graph(...)` calls (a frame
+    nested in a compiled one is counted with it; frames dfc cannot compile are not counted)."""
     from dfc.runtime import session
-    counts = {}
+    counts = {"compiled": 0, "fused": 0}
+    for by in list(session._sessions.values()):
+        for s in by.values():
+            for plan in list(s._plans.values()):
+                progs = list((getattr(plan, "programs", None) or {}).values()) + [getattr(plan, "root_program", None)]
+                for prog in progs:
+                    runs = getattr(prog, "runs", None)
+                    if isinstance(runs, dict):
+                        for k in counts:
+                            counts[k] += runs.get(k, 0)
+    return counts
+
+
+def not_compiled():
+    """[(frame, status, blocked_by, reason)] for each loop frame dfc does not compile (Session.compiled_frames:
+    what `dfc show --fused` says), over the Sessions of this process's `graph(...)` calls."""
+    from dfc.runtime import session
+    out = []
     for by in list(session._sessions.values()):
         for s in by.values():
             try:
-                for info in s.compiled_frames().values():
-                    counts[info["status"]] = counts.get(info["status"], 0) + 1
+                frames = s.compiled_frames()
             except Exception as e:      # noqa: BLE001 — reported, not fatal
-                counts[error_text(e)] = 1
-    return counts
+                out.append(("?", "explain failed", None, error_text(e)))
+                continue
+            for name, info in frames.items():
+                if info["status"] != "compiled":
+                    out.append((name, info["status"], info.get("blocked_by"), (info.get("reason") or "")[:300]))
+    return out
+
+
+def compiles():
+    """[(frame, seconds, how)] of the compiles this process used (in the background, in process, or
+    loaded from the disk cache)."""
+    from dfc.runtime import compiled
+    return [(c["frame"], c["seconds"], "background" if c.get("background") else "cache" if c["cached"] else "here")
+            for c in compiled.stats()]
+
+
+def background_jobs():
+    """[(frame, state, seconds, error)] of the background compiles dfc started in this process (default
+    mode): state "running" (seconds so far), "compiled" or "failed" (the end of the child's stderr)."""
+    from dfc.runtime.compiled import background
+    out = []
+    for job in list(background._jobs):
+        done = job.poll()
+        state = "running" if done is None else "compiled" if done else "failed"
+        secs = time.perf_counter() - job.started if done is None else job.seconds
+        out.append((job.frame, state, secs, (job.error or "")[-300:] or None))
+    return out
+
+
+def _diff(after, before):
+    return {k: after[k] - before[k] for k in after}
 
 
 def measure(case, settle_s, budget_s):
     out = {"name": case.name, "description": case.description, "note": case.note,
+           "compile_loops": os.environ.get("DFC_COMPILE_LOOPS", "default"),
            "load_avg_at_start": os.getloadavg()[0], "dfc": {}, "checks": []}
     # dfc in the default mode, first in this fresh process: the first call traces, plans and runs.
     dfc_ok = True
@@ -74,7 +125,8 @@ def measure(case, settle_s, budget_s):
             times.append(time.perf_counter() - t)
         out["dfc"]["settle"] = {"calls": len(times), "seconds": time.perf_counter() - start,
                                 "first_calls_median_ms": statistics.median(times[:5]) * 1e3,
-                                "last_calls_median_ms": statistics.median(times[-5:]) * 1e3}
+                                "last_calls_median_ms": statistics.median(times[-5:]) * 1e3,
+                                "frame_runs": frame_runs()}
     except Exception as e:      # noqa: BLE001 — a program dfc fails on is a result
         dfc_ok = False
         out["dfc"]["error"] = error_text(e)
@@ -108,6 +160,7 @@ def measure(case, settle_s, budget_s):
             out[key] = {"error": sysm.error, "note": note}
             continue
         systems[key] = sysm
+    before = frame_runs() if dfc_ok else None
     rows = harness.compare(systems, reps=5, max_reps=25, budget_s=budget_s)
     for key, r in rows.items():
         if "error" in r:
@@ -116,7 +169,10 @@ def measure(case, settle_s, budget_s):
         steady = {k: r[k] for k in ("median_ms", "p25_ms", "p75_ms", "min_ms", "max_ms", "n")}
         out[key] = dict(out.get(key, {}), steady=steady)
     if dfc_ok:
-        out["dfc"]["frames_at_end"] = frames_status()
+        out["dfc"]["frame_runs_steady"] = _diff(frame_runs(), before)
+        out["dfc"]["compiles"] = compiles()
+        out["dfc"]["not_compiled"] = not_compiled()
+        out["dfc"]["background_jobs"] = background_jobs()
     out["load_avg_at_end"] = os.getloadavg()[0]
     return out
 
@@ -127,7 +183,13 @@ def main(argv=None):
     ap.add_argument("--size", default="bench", choices=("bench", "tiny"))
     ap.add_argument("--settle", type=float, default=8.0, help="seconds of dfc calls after its first one")
     ap.add_argument("--budget", type=float, default=6.0, help="seconds of round-robin timing at most")
+    ap.add_argument("--compile-loops", default="default", choices=("default", "auto", "0", "1"),
+                    help="DFC_COMPILE_LOOPS for dfc (default: unset, the library's default)")
     a = ap.parse_args(argv)
+    if a.compile_loops == "default":
+        os.environ.pop("DFC_COMPILE_LOOPS", None)
+    else:
+        os.environ["DFC_COMPILE_LOOPS"] = a.compile_loops
     from benchmarks.research import all_cases
     case = next(c for c in all_cases(a.size) if c.name == a.name)
     print(json.dumps(measure(case, a.settle, a.budget), default=float), flush=True)
