@@ -293,6 +293,41 @@ def _flat(x):
     return [x]
 
 
+# ---------------------------------------------------------------- the XLA prototype on the same programs
+
+def bench_xla(reps, sizes=((512, 64), (1024, 256))):
+    """The LSTM step and the small-op programs lowered whole to XLA (dfc/runtime/xla, jax.jit on JAX's
+    default device: the GPU where there is one), first call and steady state, beside hand-written JAX."""
+    import jax
+    from dfc.runtime.xla import to_jax
+    rows = {}
+    from benchmarks import swapping
+    progs = {f"lstm H={H} B={B}": (dfc_lstm.build(H, B, 100), make_inputs(H, B, 100), None) for H, B in sizes}
+    for H, B in sizes:       # the same step written with slices instead of split (benchmarks/swapping.py)
+        progs[f"lstm (slices) H={H} B={B}"] = (swapping.lstm_graph(B, H, False, "cpu:0"), swapping.inputs(100, B, H), None)
+    for name, (fn, a, jfn) in _small_programs().items():
+        progs[name] = (fn.trace(*a), a, jfn)
+    for name, (g, a, jfn) in progs.items():
+        row = {}
+        try:
+            t = time.perf_counter()
+            p = to_jax(g)
+            got = p(*a)
+            row["xla first call s"] = time.perf_counter() - t
+            want = dfc.Session(g, default_device="cpu:0", compile_loops=False).call(*a)
+            row["max rel difference vs dfc cpu:0"] = max(max_rel_error(np.asarray(x, np.float64), np.asarray(y, np.float64))
+                                                         for x, y in zip(_flat(got), _flat(want)) if np.size(y))
+            row["xla"] = timed(lambda: p(*a), reps)
+        except Exception as e:  # noqa: BLE001
+            row["xla"] = f"error: {type(e).__name__}: {str(e)[:200]}"
+        if jfn is not None:
+            row["jax"] = timed(lambda: jax.block_until_ready(jfn()), reps)
+        row["platform"] = jax.devices()[0].platform
+        rows[name] = row
+        print(name, {k: (v["median_ms"] if isinstance(v, dict) else v) for k, v in row.items()}, flush=True)
+    return {"rows": rows, "reps": reps}
+
+
 # ---------------------------------------------------------------- FMA contraction
 
 def bench_fma(device):
@@ -429,10 +464,13 @@ def summarize_cuda_trace(path):
                        for k, v in streams.items()}}
     host_copies = [(st, sp) for st, sp, n in copies if "DtoH" in n or "HtoD" in n or "Device -> Pageable" in n
                    or "Pageable -> Device" in n or "Pinned" in n]
+    kernels_by_stream = {}
+    for st, sp in kernels:
+        kernels_by_stream.setdefault(st, []).append(sp)
     overlap = 0.0
-    for st, sp in host_copies:
-        others = _union([k for s2, k in kernels if s2 != st])
-        overlap += _overlap([list(sp)], others)
+    for st in {st for st, _ in host_copies}:
+        others = _union([sp for s2, v in kernels_by_stream.items() if s2 != st for sp in v])
+        overlap += _overlap(_union([sp for s2, sp in host_copies if s2 == st]), others)
     out["host_copies"] = len(host_copies)
     out["host_copy_ms"] = sum(sp[1] - sp[0] for _, sp in host_copies) / 1e3
     out["host_copy_overlapping_kernels_ms"] = overlap / 1e3
@@ -443,7 +481,7 @@ def summarize_cuda_trace(path):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("lstm", "smallops", "fma", "timeline"))
+    ap.add_argument("what", choices=("lstm", "smallops", "fma", "timeline", "xla"))
     ap.add_argument("--device", default="gpu:0")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--sizes", default=None, help="H:B,H:B (lstm)")
@@ -455,6 +493,8 @@ def main(argv=None):
         res = bench_lstm(a.device, a.reps, sizes=sizes)
     elif a.what == "smallops":
         res = bench_smallops(a.device, a.reps)
+    elif a.what == "xla":
+        res = bench_xla(a.reps)
     elif a.what == "fma":
         res = bench_fma(a.device)
     else:

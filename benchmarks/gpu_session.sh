@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything dfc runs on a lent GPU machine in one call (README "GPUs"): the GPU benchmarks, then the whole
 # test suite with every program on gpu:0. Run from the repository root:
-#     bash benchmarks/gpu_session.sh [parts...]      (default: env tests lstm swap timeline fma smallops)
+#     bash benchmarks/gpu_session.sh [parts...]      (default: env tests lstm swap timeline fma smallops xla)
 # Wheels dfc needs beyond the machine's image (gast, grandalf, tensorboardX) are installed from .whl/ if
 # present. Results go to $OUT (default /tmp/dfc-gpu): logs and JSON in one archive, results.tgz, re-made
 # after every part so a run stopped at its limit still returns what finished; SUMMARY.txt holds each
@@ -33,7 +33,7 @@ part() {    # part NAME SECONDS COMMAND...: run with a time limit (SIGINT first,
     tar czf "$OUT/results.tgz" -C "$RES" . && cp "$RES/SUMMARY.txt" "$OUT/SUMMARY.txt"
 }
 
-for p in ${@:-env tests lstm swap timeline fma smallops}; do
+for p in ${@:-env tests lstm swap timeline fma smallops xla}; do
     case $p in
     env) part env 60 bash -c 'nvidia-smi; python3 -c "import sys, numpy, cupy, numba, jax, torch; \
 print(sys.version); print(\"numpy\", numpy.__version__, \"cupy\", cupy.__version__, \"numba\", numba.__version__, \
@@ -43,6 +43,7 @@ print(sys.version); print(\"numpy\", numpy.__version__, \"cupy\", cupy.__version
               --lengths 25,50,100,200,400,800,1200 --reps 3 --rtol 1e-3 --check-up-to 100 --json "$RES/swap.json" ;;
     timeline) part timeline 60 python3 -m benchmarks.gpu timeline --device "$DEV" --out "$RES" --json "$RES/timeline.json" ;;
     fma) part fma 45 python3 -m benchmarks.gpu fma --device "$DEV" --json "$RES/fma.json" ;;
+    xla) part xla 120 python3 -m benchmarks.gpu xla --reps 5 --json "$RES/xla.json" ;;
     smallops) part smallops 100 python3 -m benchmarks.gpu smallops --device "$DEV" --reps 5 --json "$RES/smallops.json" ;;
     tests) part tests "${TESTS_S:-240}" env DFC_TEST_DEVICE="${DEV%%:*}" JAX_PLATFORMS=cpu python3 -m pytest -n 14 -q -rfE -p no:cacheprovider \
                --timeout 150 --junitxml="$RES/junit.xml" tests ;;

@@ -230,7 +230,8 @@ def test_dfc_eager_environment_variable(tmp_path):
                       "    return x\n"
                       "f(np.float32(3))\n"
                       "print(dfc.config.functions_run_eagerly())\n")
-    env = dict(os.environ, DFC_EAGER="1")
+    from tests.clitools import environ
+    env = environ({"DFC_EAGER": "1"})      # the checkout's dfc on the child's path, whether or not it is installed
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, str(script)], env=env, cwd=root, capture_output=True, text=True,
                          timeout=120)
