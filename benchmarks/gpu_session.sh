@@ -40,7 +40,7 @@ print(sys.version); print(\"numpy\", numpy.__version__, \"cupy\", cupy.__version
 \"jax\", jax.__version__, jax.devices(), \"torch\", torch.__version__, torch.cuda.get_device_name())"; nproc' ;;
     lstm) part lstm 170 python3 -m benchmarks.gpu lstm --device "$DEV" --reps 10 --json "$RES/lstm.json" ;;
     swap) part swap 120 python3 -m benchmarks.swapping --device "$DEV" --capacity-mb 128 --hidden 512 --batch 64 \
-              --lengths 25,50,100,200,400,800,1200 --reps 3 --rtol 1e-3 --check-up-to 100 --json "$RES/swap.json" ;;
+              --lengths 25,50,100,200,400,800,1200 --reps 5 --rtol 1e-3 --check-up-to 100 --json "$RES/swap.json" ;;
     timeline) part timeline 60 python3 -m benchmarks.gpu timeline --device "$DEV" --out "$RES" --json "$RES/timeline.json" ;;
     fma) part fma 45 python3 -m benchmarks.gpu fma --device "$DEV" --json "$RES/fma.json" ;;
     xla) part xla 120 python3 -m benchmarks.gpu xla --reps 5 --json "$RES/xla.json" ;;
