@@ -103,6 +103,10 @@ class CompiledFrame:
             return self._fused(ctx, kern, vals, tag, traced)
         if not self._compiled_once and not self._worth_compiling():
             return self._fused_timed(ctx, kern, vals, tag, traced)
+        if self.policy == "auto" and not self._compiled_once and self._job is not None and not self._job.poll():
+            # a child is compiling it (or failed): fused, without building the compiled code's arguments
+            # (stacks and TensorArrays as typed Lists cost as much as the fused run itself)
+            return self._fused_timed(ctx, kern, vals, tag, traced)
         res_args = self._res.args(vals) if self._res.uses else {}
         if res_args is None:
             return self._fused(ctx, kern, vals, tag, traced)

@@ -14,8 +14,16 @@ second) and runs compiled from then on. A child that fails leaves the frame fuse
 process (`Job.error` keeps the end of its stderr; `stats()` in __init__.py reports it). Without a disk
 cache (cache.py refused the directory) no child starts: the Job fails at once and the frame stays fused.
 
-Children run at lower priority (nice 10) and are terminated when the parent exits, so a short program does
-not leave compilers behind; a frame whose child finished is in the disk cache for every later process.
+Children run at the parent's own priority. They used to run at nice 10, and on a busy machine (other
+processes at nice 0 on every core) such a child got a few percent of a core and did not finish a 20-s
+compile in minutes: the program ran fused all along. A compile is work the program needs, as JAX's is (JAX
+compiles in the calling thread): at the same priority it takes its fair share, one core at most (numba
+compiles in one thread), and on a machine with a core to spare it costs the running program nothing.
+While the child runs, the frame's fused runs skip everything the compiled code would need (its arguments
+and stand-ins), so they run as fast as before it started (CompiledFrame.fn).
+
+Children are terminated when the parent exits, so a short program does not leave compilers behind; a frame
+whose child finished is in the disk cache for every later process.
 """
 import atexit
 import os
@@ -78,13 +86,6 @@ class Job:
             self._err.close()
 
 
-def _lower_priority():
-    try:
-        os.nice(10)
-    except OSError:
-        pass
-
-
 def start(module_path, types, frame):
     """A Job compiling `module_path`'s run for `types` (a tuple of numba types) in a child process."""
     job = Job(module_path, types, frame)
@@ -102,7 +103,6 @@ def _stop_all():
 
 
 def _main(module_path):
-    _lower_priority()           # here, not as Popen's preexec_fn (unsafe in a process with threads)
     from dfc.runtime.compiled import cache
     types = pickle.load(sys.stdin.buffer)
     try:
