@@ -14,7 +14,9 @@ pytest.importorskip("jax")
 
 from dfc.runtime.xla import to_jax  # noqa: E402
 from dfc.runtime.xla.jops import NotLowerable  # noqa: E402
-from dfc.runtime.xla.program import INITIAL_CAPACITY  # noqa: E402
+from dfc.runtime.xla import program  # noqa: E402
+
+MIN_ROWS = program.MIN_ROWS
 
 pytestmark = pytest.mark.host_devices("the prototype compiles for JAX's CPU backend")
 
@@ -70,13 +72,14 @@ def test_gradient_through_a_data_dependent_while_loop():
     assert prog.reruns == 0         # 20-odd iterations fit the first buffers
 
 
-def test_a_loop_that_outruns_its_stacks_runs_again_with_larger_buffers():
+def test_a_loop_that_outruns_its_stacks_runs_again_with_larger_buffers(monkeypatch):
+    monkeypatch.setattr(program, "STACK_BYTES", 0)      # buffers start at MIN_ROWS
     q, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((3, 3)))
     args = (0.9 * q, np.array([0.1, -0.05, 0.02]), np.float64(1e-12))     # a slow contraction: ~250 iterations
     g = dfc.function(_fixed_point_grad).trace(*args)
     prog = to_jax(g)
     out = prog(*args)
-    assert int(out[3]) > INITIAL_CAPACITY
+    assert int(out[3]) > MIN_ROWS
     _agree(out, _reference(g, *args))
     assert prog.reruns == 1
     _agree(prog(*args), out)        # the larger buffers are kept: no second re-run
@@ -204,13 +207,14 @@ def _tensor_arrays(x, n):
     return stacked, dfc.gradients(dfc.reduce_sum(stacked * stacked), x)
 
 
-def test_tensor_arrays_grow_by_running_again_and_their_gradients_agree():
+def test_tensor_arrays_grow_by_running_again_and_their_gradients_agree(monkeypatch):
+    monkeypatch.setattr(program, "STACK_BYTES", 0)      # buffers start at MIN_ROWS
     rng = np.random.default_rng(3)
-    args = (rng.standard_normal((INITIAL_CAPACITY + 6, 3)) * 0.1, np.int64(INITIAL_CAPACITY + 4))
+    args = (rng.standard_normal((MIN_ROWS + 6, 3)) * 0.1, np.int64(MIN_ROWS + 4))
     g = _tensor_arrays.trace(*args)
     prog = to_jax(g)
     out = prog(*args)
-    assert out[0].shape == (INITIAL_CAPACITY + 4, 3)
+    assert out[0].shape == (MIN_ROWS + 4, 3)
     _agree(out, _reference(g, *args))
     reruns = prog.reruns
     assert reruns >= 1              # the written array outran its buffer and its stacked length was learned

@@ -11,7 +11,16 @@ from dfc.runtime.fused import FrameIndex
 from dfc.runtime.session import convert_input
 from dfc.runtime.xla.lower import Analysis, Lowerer, var_key
 
-INITIAL_CAPACITY = 64     # entries per stack before the first re-run; then the next power of two that fits
+# Rows a stack or TensorArray buffer starts with: as many as fit in STACK_BYTES, between MIN_ROWS and
+# MAX_ROWS (a power of two). Every run zeroes its buffers, so they stay small; a loop that outruns one
+# costs a re-run and a compile, after which the buffer has the next power of two above what it needed.
+MIN_ROWS, MAX_ROWS, STACK_BYTES = 64, 4096, 64 << 10
+
+
+def initial_rows(shape, dtype):
+    row = max(1, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+    fit = max(1, STACK_BYTES // row)
+    return int(min(MAX_ROWS, max(MIN_ROWS, 1 << (fit.bit_length() - 1))))
 
 
 class XlaProgram:
@@ -32,8 +41,8 @@ class XlaProgram:
         self.plan = p = Plan(graph, refs, [s["node"] for s in self.inputs], tuple(sig.get("targets", [])))
         self.analysis = Analysis(p, FrameIndex(p))
         self.types = graph.infer_types()
-        self.caps = {i: INITIAL_CAPACITY for i, n in enumerate(p.nodes)
-                     if n.op in ("StackV2", "TensorArray", "TensorArrayGrad")}
+        self.caps = {}            # stack / TensorArray node -> rows of its buffer (set once its rows are known)
+        self._buffers = [i for i, n in enumerate(p.nodes) if n.op in ("StackV2", "TensorArray", "TensorArrayGrad")]
         self.ta_lengths = {}      # TensorArrayStack node -> the length the last run stacked
         self.variables = {var_key(n): n for n in p.nodes if n.op == "VarHandle"}
         self.reruns = 0
@@ -57,6 +66,9 @@ class XlaProgram:
             avals = {}
             jax.eval_shape(lambda f, v: self._trace((), avals, True, (), f, v), feeds, variables)
             self._avals[sig] = avals
+            for i in self._buffers:
+                if i not in self.caps:
+                    self.caps[i] = initial_rows(*avals[i]) if avals.get(i) is not None else MIN_ROWS
         caps, lengths = tuple(sorted(self.caps.items())), tuple(sorted(self.ta_lengths.items()))
         key = (sig, caps, lengths)
         fn = self._fns.get(key)
