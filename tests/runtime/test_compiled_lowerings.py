@@ -379,3 +379,189 @@ def test_compiled_reshape_is_numpys_reshape():
     v = two(x, 5, 1)
     v[2, 0] = 99.0
     assert x[2] == 99.0                 # a view, as numpy's reshape of a contiguous array
+
+
+def _kernel(op, *args, **attrs):
+    """The outputs of op's kernel (numpy) on args."""
+    from dfc.ir.graph import Node
+    from dfc.runtime.kernels import KERNELS
+    return KERNELS[op](Node("k", op, [], attrs), np)(None, list(args))
+
+
+def _same(a, b, what):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (what, a, b)
+
+
+def _values(dtype, shape, rng):
+    """Values that tell orders apart: NaNs, infinities, signed zeros, ties; integers near their limits (sums
+    wrap) and bools."""
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.startswith("int"):
+        big = np.iinfo(dtype).max // 3
+        return rng.choice(np.array([0, 1, -1, 7, -3, big, -big, 2, 2], dtype), shape)
+    v = np.array([0.0, -0.0, 1.5, -2.25, np.inf, -np.inf, np.nan, 1e30, 3.0, 3.0, 1e-30, 0.1], dtype)
+    return np.where(rng.random(shape) < 0.5, rng.choice(v, shape), rng.standard_normal(shape).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "bool"])
+def test_scan_sort_gather_and_scatter_helpers_give_the_kernels_bits(dtype):
+    """The compiled helpers (compiled/arrays.py) against the kernels, every dtype the kernels take, along
+    every axis: cumulative sums and products both ways (integers wrap), argmax/argmin (first NaN, first
+    tie), stable argsort both ways, gather and take_along_axis, and the scatters that add repeated indices
+    in numpy's order (ScatterAdd, TakeAlongAxisGrad; CumprodGrad for floats)."""
+    from dfc.runtime.compiled import helpers as H
+    rng = np.random.default_rng(11)
+    x = _values(dtype, (3, 5, 4), rng)
+    floats = dtype.startswith("float")
+    with np.errstate(all="ignore"):
+        for ax in range(3):
+            x3 = x.reshape(int(np.prod(x.shape[:ax])), x.shape[ax], -1)
+            for op, rev in [("Cumsum", False), ("Cumsum", True), ("Cumprod", False), ("Cumprod", True)]:
+                want, = _kernel(op, x, axis=ax, reverse=rev)
+                _same(H.cumulate(x3, op == "Cumprod", rev).reshape(x.shape), want, (op, ax, rev))
+            for op in ("ArgMax", "ArgMin"):
+                want, = _kernel(op, x, axis=ax)
+                _same(H.arg_extreme(x3, op == "ArgMax").reshape(want.shape), want, (op, ax))
+            idx = rng.integers(-x.shape[ax], x.shape[ax], 7)
+            want, = _kernel("Gather", x, idx, axis=ax)
+            _same(H.gather3(x3, idx).reshape(want.shape), want, ("Gather", ax))
+            along = rng.integers(-x.shape[ax], x.shape[ax], x.shape[:ax] + (6,) + x.shape[ax + 1:])
+            want, = _kernel("TakeAlongAxis", x, along, axis=ax)
+            a3 = along.reshape(x3.shape[0], 6, x3.shape[2])
+            _same(H.take_along3(x3, a3).reshape(want.shape), want, ("TakeAlongAxis", ax))
+            if dtype == "bool":
+                continue
+            upd = _values(dtype, x.shape[:ax] + (7,) + x.shape[ax + 1:], rng)
+            want, = _kernel("ScatterAdd", np.array(x.shape), idx, upd, axis=ax)
+            got = H.scatter3(np.zeros(x3.shape, dtype), idx, upd.reshape(x3.shape[0], 7, x3.shape[2]))
+            _same(got.reshape(x.shape), want, ("ScatterAdd", ax))
+            g = _values(dtype, along.shape, rng)
+            want, = _kernel("TakeAlongAxisGrad", g, np.array(x.shape), along, axis=ax)
+            got = H.scatter_along3(np.zeros(x3.shape, dtype), a3, g.reshape(a3.shape))
+            _same(got.reshape(x.shape), want, ("TakeAlongAxisGrad", ax))
+            if floats:
+                for rev in (False, True):
+                    g = _values(dtype, x.shape, rng)
+                    want, = _kernel("CumprodGrad", x, g, axis=ax, reverse=rev)
+                    got = H.cumprod_grad(x3, g.reshape(x3.shape), rev)
+                    _same(got.reshape(x.shape), want, ("CumprodGrad", ax, rev))
+        rows = x.reshape(-1, 4)
+        for desc in (False, True):
+            want, = _kernel("ArgSort", rows, axis=-1, descending=desc)
+            _same(H.argsort_rows(rows, desc), want, ("ArgSort", desc))
+    if dtype.startswith("int"):
+        for bounds in [(3, 17, 4), (17, 3, -5), (5, 5, 1), (-4, 9, 13), (0, 1, -1)]:
+            b = [np.array(v, dtype)[()] for v in bounds]
+            want, = _kernel("Range", *b)
+            _same(H.int_range(*b, np.zeros(0, dtype)), want, ("Range", bounds))
+    with pytest.raises(IndexError):         # out of range: the fused path replays and names the node
+        H.gather3(x.reshape(1, -1, 1), np.array([x.size]))
+
+
+def _same_as_reference(g, args, n_frames):
+    """The compiled run (every frame compiled, none replayed) gives the reference interpreter's bits."""
+    want = dfc.Session(g, mode="reference").call(*args)
+    got = _runs_compiled(g, args, n_frames)
+    from dfc import nest
+    for a, b in zip(nest.flatten(want), nest.flatten(got)):
+        _same(a, b, "compiled")
+    return got
+
+
+def test_numpy_indexing_gathers_scans_and_their_gradients_compile():
+    """x[:, None], x[..., k], index arrays (one; two broadcast together; beside an int, apart: numpy puts
+    the indexed dimensions first), gather, take_along_axis of an argsort, cumprod, a sum over two adjacent
+    axes and squeeze without axes, in a loop and in its
+    gradient loop (GetItemGrad with index arrays, ScatterAdd, TakeAlongAxisGrad, CumprodGrad): compiled,
+    the reference's bits. (Kept small: numba compiles slowly; the helpers' test covers the dtypes.)"""
+    def f(x, idx, rows, n):
+        def body(i, acc):
+            parts = [x[:, None] * x[None, 0], x[..., 1], x[idx], x[rows, idx[:2]], x[0, :, idx],
+                     dfc.gather(x, idx, axis=2), dfc.take_along_axis(x, dfc.argsort(x, axis=1), axis=1),
+                     dfc.cumprod(x, axis=1, reverse=True), dfc.reduce_sum(x, axis=[1, 2]), dfc.squeeze(x[:, :1])]
+            s = acc
+            for k, p in enumerate(parts):
+                s = s + dfc.reduce_sum(p * p) * (0.5 + 0.1 * k)
+            return i + 1, s
+        _, acc = dfc.while_loop(lambda i, acc: i < n, body, (0, dfc.zeros([], "float64")))
+        return acc, dfc.gradients(acc, [x])
+    g = dfc.trace(f, dfc.TensorSpec([3, 4, 3], "float64"), dfc.TensorSpec([3], "int64"),
+                  dfc.TensorSpec([2, 1], "int64"), dfc.TensorSpec([], "int64"))
+    assert _status(g) == {"while": ("compiled", None), "while_grad": ("compiled", None)}
+    ops = {n.op for n in g.nodes.values()}
+    assert {"GetItemGrad", "ScatterAdd", "TakeAlongAxisGrad", "CumprodGrad"} <= ops
+    rng = np.random.default_rng(12)
+    args = [rng.standard_normal((3, 4, 3)), np.array([2, -3, 2]), np.array([[1], [0]]), np.int64(2)]
+    _same_as_reference(g, args, 2)
+
+
+def test_float32_and_integer_ops_and_kernel_calls_compile():
+    """One forward loop of float32 and int32 values: integer cumsum that wraps, argmax/argmin and top_k with
+    NaNs and ties, isnan/isinf, an integer range, one_hot, gather of integers, pad; einsum and dfc.linalg
+    (their kernels, called from compiled code); a singular matrix raises the kernel's error naming its node."""
+    def f(x, k, a, m, n):
+        def body(i, acc, ks):
+            v, at = dfc.top_k(x, 3)
+            am = dfc.argmax(x, axis=1) + dfc.argmin(x, axis=0)[:3]
+            cs = dfc.cumsum(k, axis=0) + dfc.gather(k, dfc.cast(am, "int32") % 4, axis=1)[:, :1]
+            flags = dfc.cast(dfc.isnan(x), "int32") + dfc.cast(dfc.isinf(x), "int32") * 2
+            r = dfc.range(0, n + i, 2)
+            hot = dfc.one_hot(dfc.cast(am, "int32"), 5, dtype="float32")
+            e = dfc.einsum("ij,kj->ik", a, a)
+            sign, logdet = dfc.linalg.slogdet(e + 1.0)
+            tot = logdet * sign + dfc.reduce_sum(dfc.linalg.inv(m)) + dfc.reduce_sum(dfc.pad(a, [[1, 0], [0, 2]]))
+            out = acc + dfc.reduce_sum(dfc.where(dfc.isnan(v), dfc.zeros_like(v), v)) + dfc.reduce_sum(hot) + \
+                dfc.cast(tot, "float32")
+            return i + 1, out, ks + cs + flags[:, :4] + dfc.cast(dfc.reduce_sum(r), "int32") + \
+                dfc.cast(at[:, :1], "int32")
+        return dfc.while_loop(lambda i, *_: i < n, body, (0, dfc.zeros([], "float32"), dfc.zeros([3, 4], "int32")))[1:]
+    g = dfc.trace(f, dfc.TensorSpec([3, 6], "float32"), dfc.TensorSpec([3, 4], "int32"),
+                  dfc.TensorSpec([3, 4], "float64"), dfc.TensorSpec([2, 2], "float64"), dfc.TensorSpec([], "int64"))
+    assert _status(g) == {"while": ("compiled", None)}
+    rng = np.random.default_rng(13)
+    x = np.array([[1.0, np.nan, 3.0, 3.0, -np.inf, 0.0], [-0.0, 0.0, 2.0, 2.0, 2.0, 1.0],
+                  [np.inf, 5.0, np.nan, 1.0, 5.0, -1.0]], np.float32)
+    big = np.iinfo(np.int32).max // 2
+    k = np.array([[big, 1, -3, 4], [big, -big, 7, 0], [big, 2, 2, -1]], np.int32)
+    a, m = rng.standard_normal((3, 4)), np.array([[2.0, 1.0], [1.0, 3.0]])
+    with np.errstate(all="ignore"):
+        _same_as_reference(g, [x, k, a, m, np.int64(3)], 1)
+        inv = [nd.name for nd in g.nodes.values() if nd.op == "MatrixInverse"][0]
+        with pytest.raises(dfc.DfcError, match=inv):
+            _compiled(g).call(x, k, a, np.ones((2, 2)), np.int64(2))        # singular
+
+
+def test_a_tensor_array_written_and_read_in_one_frame_compiles():
+    """A stack kept in a TensorArray (a TreeLSTM's pattern): the loop writes elements and reads ones it wrote,
+    in a cond; compiled, with the reference's elements and size. The gradient of such a loop reads and
+    writes one gradient TensorArray, whose reads are keyed sums: that frame says so and runs fused."""
+    def f(x, n):
+        st = dfc.TensorArray("float64", size=0, dynamic_size=True)
+
+        def body(i, sp, st):
+            def push():
+                return sp + 1, st.write(sp, x[i])
+
+            def combine():
+                return sp + 1, st.write(sp, dfc.tanh(st.read(sp - 1) + st.read(sp - 2) * 0.5))
+            sp, st = dfc.cond(i < 4, push, combine)
+            return i + 1, sp, st
+        _, sp, st = dfc.while_loop(lambda i, sp, st: i < n, body, (0, 0, st))
+        y = st.stack()
+        return y, st.size(), dfc.gradients(dfc.reduce_sum(y * y), [x])
+    g = dfc.trace(f, dfc.TensorSpec([4, 3], "float64"), dfc.TensorSpec([], "int64"))
+    status = _compiled(g).compiled_frames()
+    assert status["while"]["status"] == "compiled"
+    assert status["while_grad"]["status"] == "fused" and "gradient (accumulating) TensorArray" in \
+        status["while_grad"]["reason"]
+    rng = np.random.default_rng(14)
+    args = [rng.standard_normal((4, 3)), np.int64(7)]
+    want = dfc.Session(g, mode="reference").call(*args)
+    s = _compiled(g)
+    got = s.call(*args)
+    assert _runs(s)["compiled"] == 1
+    from dfc import nest
+    for a, b in zip(nest.flatten(want), nest.flatten(got)):
+        _same(a, b, "compiled")

@@ -51,6 +51,38 @@ def wrap(i, n):
 
 
 @njit(cache=True, nogil=True)
+def permute(x, out, perm):
+    """x's axes permuted (np.transpose(x, perm)) copied into out, a C-contiguous array of the permuted shape.
+    (numba's np.transpose with axes takes tens of seconds to compile; this, a fraction of one.)"""
+    nd = out.ndim
+    if out.size == 0:
+        return out
+    xf, of = x.reshape(x.size), out.reshape(out.size)
+    xs = np.empty(nd, np.int64)
+    s = 1
+    for j in range(nd - 1, -1, -1):
+        xs[j] = s
+        s *= x.shape[j]
+    st = np.empty(nd, np.int64)
+    for k in range(nd):
+        st[k] = xs[perm[k]]
+    at = np.zeros(nd, np.int64)
+    off = 0
+    for q in range(out.size):
+        of[q] = xf[off]
+        k = nd - 1
+        while k >= 0:           # the next position, as an odometer
+            at[k] += 1
+            off += st[k]
+            if at[k] < out.shape[k]:
+                break
+            off -= st[k] * at[k]
+            at[k] = 0
+            k -= 1
+    return out
+
+
+@njit(cache=True, nogil=True)
 def index_step(f, a, n):
     """f * n + a (a wrapped into a dimension of size n) element by element: one more axis of a flat index."""
     out = np.empty(f.size, np.int64)

@@ -9,8 +9,8 @@ from dfc.runtime.compiled import npcall as P
 from dfc.runtime.kernels.philox_numba import (normal_into as philox_normal, size_of as philox_size,  # noqa: F401
                                               tag_words as philox_tag, uniform_into as philox_uniform)
 from dfc.runtime.compiled.arrays import (add_rows, arg_extreme, argsort_rows, cumprod_grad, cumulate,  # noqa: F401
-                                         gather3, index_step, int_range, scatter3, scatter_along3, take_along3, take_rows,
-                                         ta_gather, wrap)   # (generated code calls them as H.<name>)
+                                         gather3, index_step, int_range, permute, scatter3, scatter_along3,
+                                         ta_gather, take_along3, take_rows, wrap)   # (called as H.<name>)
 
 
 def reshape(x, shape):

@@ -91,6 +91,15 @@ def _expand(e):
     return [E.fmt("H.reshape({}, ({}))", x, E.items(dims))]
 
 
+def permuted(e, x, perm):
+    """x's axes permuted by perm, as a new C-contiguous array (H.permute: numba's np.transpose with axes
+    compiles for tens of seconds)."""
+    if not x.isidentifier():
+        x = e.tmp_of(x)
+    dims = E.items([E.fmt("{}.shape[{}]", x, E.lit(p)) for p in perm])
+    return E.fmt("H.permute({}, np.empty(({}), {}.dtype), ({}))", x, dims, x, E.items([E.lit(p) for p in perm]))
+
+
 def _normalized(spec, ndim):
     """The spec with its ellipsis (or the axes it leaves out at the end) as full slices: one item per axis of x,
     plus its newaxis items."""
@@ -185,8 +194,7 @@ class _Adv:
     def transposed(self, x, ndim):
         if self.perm == list(range(ndim)):
             return x
-        return self.e.tmp_of(E.fmt("np.ascontiguousarray(np.transpose({}, ({})))", x,
-                                   E.items([E.lit(k) for k in self.perm])))
+        return self.e.tmp_of(permuted(self.e, x, self.perm))
 
     def bshape(self):
         """Statements computing B (numpy's broadcast of the index arrays); its dims' names."""
@@ -254,7 +262,7 @@ def _advanced(e, items, x, t):
     order = adv.order(len(bdims), len(rdims))
     if order is None:
         return out
-    return E.fmt("np.ascontiguousarray(np.transpose({}, ({})))", out, E.items([E.lit(k) for k in order]))
+    return permuted(e, out, order)
 
 
 def _dims(s, ndim):
@@ -313,7 +321,7 @@ def _advanced_grad(e, items, g, z, out):
     order = adv.order(len(bdims), len(rdims))
     if order is not None:       # g in (B, rest) order
         inv = [order.index(k) for k in range(len(order))]
-        g = e.tmp_of(E.fmt("np.ascontiguousarray(np.transpose({}, ({})))", g, E.items([E.lit(k) for k in inv])))
+        g = e.tmp_of(permuted(e, g, inv))
     want = bdims + rdims
     if want:
         e.stmt("if {}.shape != ({}): raise ValueError('GetItemGrad: gradient of another shape')", g, E.items(want))
@@ -326,7 +334,7 @@ def _advanced_grad(e, items, g, z, out):
     if adv.perm == list(range(out.ndim)):
         return zt
     inv = [adv.perm.index(k) for k in range(out.ndim)]
-    return E.fmt("np.ascontiguousarray(np.transpose({}, ({})))", zt, E.items([E.lit(k) for k in inv]))
+    return permuted(e, zt, inv)
 
 
 @lowering("Fill")
@@ -384,7 +392,7 @@ def _transpose(e):
         raise Unsupported("Transpose with a permutation of another rank")
     if t.ndim < 2:
         return [e.args[0]]
-    return [E.fmt("np.ascontiguousarray(np.transpose({}, ({})))", e.args[0], E.items([E.lit(p) for p in perm]))]
+    return [permuted(e, e.args[0], perm)]
 
 
 @lowering("Stack")
@@ -443,14 +451,26 @@ def _split(e):
 
 @lowering("Squeeze")
 def _squeeze(e):
+    """Without axes, the dimensions the graph's types know to be 1 go; one that is 1 only at run time would go
+    too (numpy's squeeze), which compiled code leaves to the fused path (it raises)."""
     t = e.ins[0]
     ax = e.node.attrs.get("axis")
-    if ax is None or t.ndim == 0:
-        raise Unsupported("Squeeze without axes (which dimensions go depends on run-time sizes)")
-    axes = sorted({a % t.ndim for a in (ax if isinstance(ax, list) else [ax])})
+    if t.ndim == 0:
+        raise Unsupported("Squeeze of a scalar")
     x = e.args[0]
-    e.stmt("if {}: raise ValueError('cannot squeeze an axis whose size is not 1')",
-           E.join(" or ", [E.fmt("{}.shape[{}] != 1", x, E.lit(a)) for a in axes]))
+    if ax is None:
+        axes = [j for j, d in enumerate(t.shape) if d == 1]
+        if len(axes) != t.ndim - e.outs[0].ndim:
+            raise Unsupported("Squeeze without axes of dimensions of unknown size")
+        unknown = [j for j, d in enumerate(t.shape) if d is None]
+        if unknown:
+            e.stmt("if {}: raise ValueError('Squeeze: a dimension of size 1 the graph did not know')",
+                   E.join(" or ", [E.fmt("{}.shape[{}] == 1", x, E.lit(j)) for j in unknown]))
+    else:
+        axes = sorted({a % t.ndim for a in (ax if isinstance(ax, list) else [ax])})
+    if axes:
+        e.stmt("if {}: raise ValueError('cannot squeeze an axis whose size is not 1')",
+               E.join(" or ", [E.fmt("{}.shape[{}] != 1", x, E.lit(a)) for a in axes]))
     keep = [E.fmt("{}.shape[{}]", x, E.lit(j)) for j in range(t.ndim) if j not in axes]
     if not keep:
         return [E.fmt("H.reshape({}, {}.size)[0]", x, x)]

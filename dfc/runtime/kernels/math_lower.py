@@ -306,12 +306,15 @@ def _axis(e):
     axis = e.node.attrs.get("axis")
     keep = e.node.attrs.get("keepdims", False)
     if isinstance(axis, list):
-        if len(axis) == 1:
-            axis = axis[0]
-        elif sorted(a % max(t.ndim, 1) for a in axis) == list(range(t.ndim)):
+        axes = sorted({a % max(t.ndim, 1) for a in axis})
+        if len(axes) == 1:
+            axis = axes[0]
+        elif axes == list(range(t.ndim)):
             axis = None
+        elif axes == list(range(axes[0], axes[-1] + 1)):
+            axis = (axes[0], axes[-1])      # adjacent axes: numpy reduces them as one (measured: the same bits)
         else:
-            raise Unsupported("a reduction over several (not all) axes is not lowered")
+            raise Unsupported("a reduction over several axes that are not adjacent is not lowered")
     return axis, keep
 
 
@@ -336,12 +339,13 @@ def _reduce(e):
         shape = E.fmt("({})", E.items([one] * t.ndim)) if keep else None
         count = E.fmt("{}.size", x)
     else:
-        ax = axis % nd
+        first, last = axis if isinstance(axis, tuple) else (axis % nd, axis % nd)
         dims = [E.fmt("{}.shape[{}]", x, E.lit(j)) for j in range(nd)]
-        pre = E.join(" * ", [one] + dims[:ax])
-        n = dims[ax]
-        post = E.join(" * ", [one] + dims[ax + 1:])
-        kept = [(one if j == ax else dims[j]) for j in range(nd)] if keep else dims[:ax] + dims[ax + 1:]
+        pre = E.join(" * ", [one] + dims[:first])
+        n = E.fmt("({})", E.join(" * ", dims[first:last + 1]))
+        post = E.join(" * ", [one] + dims[last + 1:])
+        kept = [(one if first <= j <= last else dims[j]) for j in range(nd)] if keep else \
+            dims[:first] + dims[last + 1:]
         shape = E.fmt("({})", E.items(kept)) if kept else None
         count = n
     r = e.tmp()

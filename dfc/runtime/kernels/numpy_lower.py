@@ -10,7 +10,7 @@ the user naming the node (an error in the kernel makes the compiled frame fail, 
 it and raises it). (IsNan and IsInf: math_lower.py.)
 """
 from dfc.runtime import emit as E
-from dfc.runtime.kernels.array_lower import axis_attr, three
+from dfc.runtime.kernels.array_lower import axis_attr, permuted, three
 from dfc.runtime.kernels.lowering import Unsupported, lowering, scalar_type as st
 
 _FLOATS = ("float32", "float64")
@@ -42,7 +42,7 @@ def _last(e, x, t, ax):
     if ax == t.ndim - 1:
         return x, None
     perm = [j for j in range(t.ndim) if j != ax] + [ax]
-    return e.tmp_of(E.fmt("np.ascontiguousarray(np.transpose({}, ({})))", x, E.items([E.lit(j) for j in perm]))), perm
+    return e.tmp_of(permuted(e, x, perm)), perm
 
 
 def _rows(x, ndim):
@@ -63,7 +63,7 @@ def _argsort(e):
     if perm is None:
         return [r]
     inv = [perm.index(j) for j in range(t.ndim)]
-    return [E.fmt("np.ascontiguousarray(np.transpose({}, ({})))", r, E.items([E.lit(j) for j in inv]))]
+    return [permuted(e, r, inv)]
 
 
 @lowering("TopK")
