@@ -13,7 +13,10 @@ Each system runs alone in a fresh process (`--child PROGRAM SYSTEM`): its first 
 with an empty cache directory, plus one process with the cache the last one filled), then up to `--reps`
 timed calls after a warm-up. `--procs` processes per system, the systems interleaved. Alone, because in
 one process the systems' thread pools (XLA's, OpenBLAS's) disturb the one timed next. The dfc first calls
-exclude tracing the dfc.function to a graph (its own column); JAX's include its tracing.
+exclude tracing the dfc.function to a graph (its own column); JAX's include its tracing. CPU time
+(time.process_time: every thread of the process) is given beside wall time: on a loaded machine it says
+what each call costs, where the wall time also says how long it waited for a core. Both XLA rows run with
+synchronous CPU dispatch (the prototype's setting).
 
     python -m benchmarks.xla_vs_numba [--reps 20] [--procs 3] [--programs fixed_point,ode,gru]
 """
@@ -88,19 +91,24 @@ def _make(system, name):
 def measure(system, name, reps, budget):
     """Child process: the first call of `system` on `name` (compile), then up to `reps` timed calls after a
     warm-up (within `budget` seconds), and the results, as JSON."""
+    if system == "JAX by hand":      # the prototype's setting (dfc/runtime/xla/__init__.py), for parity
+        import jax
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
     fn, trace_s = _make(system, name)
     t = time.perf_counter()
     result = fn()
     first = time.perf_counter() - t
-    times = []
+    times, cpu = [], []
     if reps:
         fn()
         start = time.perf_counter()
         while len(times) < reps and (len(times) < 3 or time.perf_counter() - start < budget):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             fn()
             times.append(time.perf_counter() - t)
-    return {"first_s": first, "trace_s": trace_s, "times": times, "result": [np.asarray(r).tolist() for r in result]}
+            cpu.append(time.process_time() - c)
+    return {"first_s": first, "trace_s": trace_s, "times": times, "cpu": cpu,
+            "result": [np.asarray(r).tolist() for r in result]}
 
 
 def _child(system, name, env, reps, budget):
@@ -145,6 +153,7 @@ def run_program(name, procs, reps, budget):
                    first_min_s=min(fs), first_max_s=max(fs), procs=len(rs),
                    trace_s=statistics.median(r["trace_s"] for r in rs))
         row["proc_medians_ms"] = [statistics.median(r["times"]) * 1e3 for r in rs]
+        row["cpu_median_ms"] = statistics.median(c for r in rs for c in r["cpu"]) * 1e3
         if system in warm and "error" not in warm[system]:
             row["warm_cache_s"] = warm[system]["first_s"]
         if ref is not None:
@@ -159,13 +168,13 @@ def table(name, rows):
     base = rows.get("dfc numba", {}).get("median_ms")
     jx = rows.get("JAX by hand", {}).get("median_ms")
     L = [f"#### {name}", "",
-         "| system | steady median ms | p25–p75 ms | min–max ms | n | per-process medians ms | ÷ numba | ÷ JAX "
-         "| first call s: median (min–max) | dfc trace s | max rel. err vs fused |",
-         "|---|---|---|---|---|---|---|---|---|---|---|"]
+         "| system | steady median ms | p25–p75 ms | min–max ms | n | per-process medians ms | CPU median ms "
+         "| ÷ numba | ÷ JAX | first call s: median (min–max) | dfc trace s | max rel. err vs fused |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for system in SYSTEMS:
         r = rows.get(system, {})
         if "error" in r:
-            L.append(f"| {system} | — | | | | | | | | | {r['error']} |")
+            L.append(f"| {system} | — | | | | | | | | | | {r['error']} |")
             continue
         ratio = (lambda b: f"{r['median_ms'] / b:.3g}×" if b else "—")
         fc = f"{r['first_median_s']:.2f} ({r['first_min_s']:.2f}–{r['first_max_s']:.2f})"
@@ -173,7 +182,8 @@ def table(name, rows):
             fc += f"; warm cache {r['warm_cache_s']:.2f}"
         L.append(f"| {system} | {r['median_ms']:.3g} | {r['p25_ms']:.3g}–{r['p75_ms']:.3g} | "
                  f"{r['min_ms']:.3g}–{r['max_ms']:.3g} | {r['n']} ({r['procs']} proc.) | "
-                 f"{', '.join(f'{m:.3g}' for m in r['proc_medians_ms'])} | {ratio(base)} | {ratio(jx)} | {fc} | "
+                 f"{', '.join(f'{m:.3g}' for m in r['proc_medians_ms'])} | {r['cpu_median_ms']:.3g} | "
+                 f"{ratio(base)} | {ratio(jx)} | {fc} | "
                  f"{r['trace_s']:.2f} | {r.get('max_rel_err', float('nan')):.1e} |")
     return "\n".join(L + [""])
 
