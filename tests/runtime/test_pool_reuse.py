@@ -84,7 +84,7 @@ def test_a_loop_fed_from_the_host_every_iteration_gives_the_cpu_result():
         return dfc.while_loop(lambda i, acc: i < n, body, (0, dfc.zeros([3])))[1]
     g = dfc.trace(f, dfc.TensorSpec([3], "float32"), dfc.TensorSpec([], "int64"))
     x = np.array([1.0, 2.0, 3.0], np.float32)
-    got = dfc.Session(g).call(x, np.int64(50))
+    got = dfc.Session(g, default_device="strict:0").call(x, np.int64(50))
     acc = np.zeros(3, np.float32)
     for i in range(50):
         acc = acc * np.float32(0.5) + np.float32(i * 0.5) + x
