@@ -31,7 +31,6 @@ def test_known_answers_numba(counter, key, want):
 
 
 def _numba_draw(uniform, n, dtype, a, b, key, h):
-    from dfc.runtime.compiled import npcall
     from dfc.runtime.kernels import philox_numba as N
     out = np.empty(n, dtype)
     words = [np.uint64(v) for v in key + h]
@@ -39,9 +38,7 @@ def _numba_draw(uniform, n, dtype, a, b, key, h):
         top = X.top_below(a, b, dtype)
         N.uniform_into(out, *words, a, b, 0.0 if top is None else float(top), top is not None)
     else:
-        lp = np.array([v for f in (np.log, np.cos, np.sin) for v in npcall.loop_address(f, ("float64", "float64"))],
-                      np.int64)
-        N.normal_into(out, *words, a, b, lp, 0, 1, 2)
+        N.normal_into(out, *words, a, b)
     return out
 
 
@@ -62,6 +59,30 @@ def test_numpy_and_numba_give_the_same_bits():
                 got = _numba_draw(uniform, n, dtype, a, b, key, h)
                 assert want.dtype == got.dtype == np.dtype(dtype)
                 assert want.tobytes() == got.tobytes(), (n, dtype, uniform)
+
+
+def test_own_log_sin_cos_are_within_an_ulp_or_two_of_numpys():
+    """The stream's log, sin and cos (fdlibm's polynomials, so every path computes them alike) are accurate:
+    checked against numpy's on their whole domains."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([(rng.integers(0, 2 ** 53, 100_000, dtype=np.uint64) + 1) * X.F53, [X.F53, 0.5, 1.0]])
+    ulps = np.abs(X._log(np, x) - np.log(x)) / np.spacing(np.abs(np.log(x)) + 1e-300)
+    assert ulps.max() <= 2 and X._log(np, np.array([1.0]))[0] == 0.0
+    th = np.linspace(-np.pi / 4, np.pi / 4, 100_001)
+    assert (np.abs(X.sin_kernel(th) - np.sin(th)) <= 2 * np.spacing(np.abs(np.sin(th)))).all()
+    assert (np.abs(X.cos_kernel(th) - np.cos(th)) <= 2 * np.spacing(np.cos(th))).all()
+
+
+def test_normals_are_box_muller_of_their_block():
+    """Element 2j, 2j + 1 = r cos t, r sin t of block j, as numpy's own log, cos and sin compute them
+    (to a few ulps: the stream's functions are its own)."""
+    x0, x1, x2, x3 = X.philox((np.arange(500, dtype=np.uint64), 0, 3, 4), (1, 2))
+    u1 = (X._bits53(x0, x1) + 1).astype(np.float64) * X.F53
+    t = 2 * np.pi * X._bits53(x2, x3).astype(np.float64) * X.F53
+    r = np.sqrt(-2 * np.log(u1))
+    want = np.stack([r * np.cos(t), r * np.sin(t)], axis=1).ravel()
+    np.testing.assert_allclose(X.draw(np, False, 1000, "float64", 0.0, 1.0, (1, 2), (3, 4)), want, rtol=1e-13,
+                               atol=1e-14)
 
 
 def test_tag_words_agree():

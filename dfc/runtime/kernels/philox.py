@@ -19,17 +19,21 @@ and block j gives the four 32-bit words x0..x3 of Philox(counter with block j, k
                       u = ((x_hi >> 5) * 2**26 + (x_lo >> 6)) / 2**53 (53 bits, numpy's double)
     uniform value:    a + (b - a) * u in float64, rounded once to the dtype; where a < b, values that round
                       up to b become the largest one below b, so every value lies in [a, b)
-    normal (any dtype): block i // 2: u1 = (k(x0, x1) + 1) / 2**53 in (0, 1], u2 = k(x2, x3) / 2**53 with k
-                      the 53-bit integer above; Box-Muller r = sqrt(-2 log u1), t = 2 pi u2, element 2j is
-                      r cos t and element 2j + 1 is r sin t; value = a + b * z in float64, rounded once
+    normal (any dtype): block i // 2: k1 = k(x0, x1) + 1 in [1, 2**53] and k2 = k(x2, x3) with k the 53-bit
+                      integer above; Box-Muller r = sqrt(-2 log(k1 / 2**53)), angle t = 2 pi k2 / 2**53;
+                      element 2j is r cos t and element 2j + 1 is r sin t; value = a + b * z in float64,
+                      rounded once. log, cos and sin are this module's own (fdlibm's polynomials, within
+                      ~1 ulp): log after an exact frexp, cos and sin of t after an exact reduction by quarter
+                      turns (t = (q + d) pi / 2, q = round(4 k2 / 2**53), |d| <= 1/2, kernel argument d * pi/2)
 
 `draw(xp, ...)` computes that with `xp`'s array arithmetic (numpy, cupy, dfc's strict double), the
-nopython implementation (philox_numba.py) with a scalar loop; log, cos and sin are numpy's own loops on
-both (numba's libm calls may differ in the last bit), the rest is exact or correctly rounded IEEE
-arithmetic, so the two give the same bits. On cupy log, cos and sin are CUDA's, whose last bits may
-differ from numpy's before the final rounding.
+nopython implementation (philox_numba.py) with a scalar loop over the same formulas (the polynomial
+functions below are compiled there as they are). Every step is exact integer arithmetic, an exact
+float operation (frexp, scaling by powers of two, a difference of nearby values) or one correctly rounded
+IEEE operation (+, -, *, /, sqrt) in a fixed order, never a libm or SIMD-library call: so numpy, numba
+and a GPU give the same bits (library log/cos/sin differ between numpy's SIMD loops, glibc and CUDA in the
+last bits: measured, cupy's float64 normals differed from numpy's in ~9% of the elements).
 """
-import math
 import zlib
 
 import numpy as np
@@ -39,8 +43,19 @@ W0, W1 = 0x9E3779B9, 0xBB67AE85        # Weyl key increments
 MASK = 0xFFFFFFFF
 ROUNDS = 10
 TAG_KEY = (0x243F6A88, 0x85A308D3)     # fixed key of the tag fold (digits of pi)
-TWO_PI = 2.0 * math.pi
-F24, F53, F26 = 2.0 ** -24, 2.0 ** -53, 67108864.0
+F24, F53, F51 = 2.0 ** -24, 2.0 ** -53, 2.0 ** -51
+# fdlibm (e_log.c, k_sin.c, k_cos.c): log(1 + f) = f - hfsq + s (hfsq + R(s*s)), s = f / (2 + f), and the
+# minimax polynomials of sin and cos on [-pi/4, pi/4]
+LN2_HI, LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+LG1, LG2, LG3, LG4 = 6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01, \
+    2.222219843214978396e-01
+LG5, LG6, LG7 = 1.818357216161805012e-01, 1.531383769920937332e-01, 1.479819860511658591e-01
+S1, S2, S3 = -1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04
+S4, S5, S6 = 2.75573137070700676789e-06, -2.50507602534068634195e-08, 1.58969099521155010221e-10
+C1, C2, C3 = 4.16666666666666019037e-02, -1.38888888888741095749e-03, 2.48015872894767294178e-05
+C4, C5, C6 = -2.75573143513906633035e-07, 2.08757232129817482790e-09, -1.13596475577881948265e-11
+SQRT_HALF = 0.70710678118654752440
+PIO2 = 1.57079632679489661923
 
 
 def philox(c, k):
@@ -109,12 +124,50 @@ def _values(xp, uniform, dt, n, a, b, x0, x1, x2, x3):
         if dt == np.float32:
             u = (_interleave(xp, [x0, x1, x2, x3], n) >> 8).astype(xp.float64) * F24
         else:
-            u = _bits53(_interleave(xp, [x0, x2], n), _interleave(xp, [x1, x3], n)).astype(xp.float64) * F53
+            u = _interleave(xp, [_bits53(x0, x1), _bits53(x2, x3)], n).astype(xp.float64) * F53
         return a + (b - a) * u
-    u1 = (_bits53(x0, x1) + 1).astype(xp.float64) * F53
-    t = _bits53(x2, x3).astype(xp.float64) * F53 * TWO_PI
-    r = xp.sqrt(-2.0 * xp.log(u1))
-    return a + b * _interleave(xp, [r * xp.cos(t), r * xp.sin(t)], n)
+    lg = _log(xp, (_bits53(x0, x1) + 1).astype(xp.float64) * F53)
+    r = xp.sqrt(-2.0 * lg)
+    k2 = _bits53(x2, x3)
+    q = (k2 + (1 << 50)) >> 51                         # the nearest quarter turn, 0..4
+    th = (k2.astype(xp.float64) * F51 - q.astype(xp.float64)) * PIO2
+    sn, cs = sin_kernel(th), cos_kernel(th)
+    q = q & 3
+    c = xp.where(q == 0, cs, xp.where(q == 1, -sn, xp.where(q == 2, -cs, sn)))
+    s = xp.where(q == 0, sn, xp.where(q == 1, cs, xp.where(q == 2, -sn, -cs)))
+    return a + b * _interleave(xp, [r * c, r * s], n)
+
+
+def _log(xp, x):
+    m, e = xp.frexp(x)                                 # x = m 2**e, m in [1/2, 1): exact
+    low = m < SQRT_HALF
+    return log_reduced(xp.where(low, m + m, m) - 1.0, xp.where(low, e - 1, e).astype(xp.float64))
+
+
+def log_reduced(f, k):
+    """log((1 + f) 2**k) for f in [sqrt(1/2) - 1, sqrt(2) - 1] (fdlibm's e_log.c; k a float)."""
+    s = f / (2.0 + f)
+    z = s * s
+    w = z * z
+    t1 = w * (LG2 + w * (LG4 + w * LG6))
+    t2 = z * (LG1 + w * (LG3 + w * (LG5 + w * LG7)))
+    hfsq = 0.5 * f * f
+    return k * LN2_HI - ((hfsq - (s * (hfsq + (t2 + t1)) + k * LN2_LO)) - f)
+
+
+def sin_kernel(x):
+    """sin x for |x| <= pi/4 (fdlibm's k_sin.c)."""
+    z = x * x
+    return x + z * x * (S1 + z * (S2 + z * (S3 + z * (S4 + z * (S5 + z * S6)))))
+
+
+def cos_kernel(x):
+    """cos x for |x| <= pi/4 (fdlibm's k_cos.c)."""
+    z = x * x
+    r = z * (C1 + z * (C2 + z * (C3 + z * (C4 + z * (C5 + z * C6)))))
+    hz = 0.5 * z
+    w = 1.0 - hz
+    return w + (((1.0 - w) - hz) + z * r)
 
 
 def draw(xp, uniform, n, dtype, a, b, key, h):

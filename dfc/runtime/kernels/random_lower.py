@@ -1,7 +1,5 @@
 """Lowering of random draws (kernel: array_kernels.py): philox.py's stream, computed natively
 (philox_numba.py), with the key from the node and the counter from R and the loop counters `it<frame>`."""
-import numpy as np
-
 from dfc.runtime import emit as E
 from dfc.runtime.kernels import philox
 from dfc.runtime.kernels.array_lower import literal
@@ -32,8 +30,7 @@ def _random(e):
         e.stmt("H.philox_uniform({})", E.items(common + [literal(0.0 if top is None else float(top), "float64"),
                                                           E.lit(top is not None)]))
     else:
-        loops = [E.lit(e.loop(f, ("float64", "float64"))) for f in (np.log, np.cos, np.sin)]
-        e.stmt("H.philox_normal({})", E.items(common + [E.fmt("LP")] + loops))
+        e.stmt("H.philox_normal({})", E.items(common))
     if t.ndim == 0:
         return [E.fmt("{}[0]", flat)]
     return [E.fmt("H.reshape({}, ({}))", flat, E.items([E.fmt("{}[{}]", shape, E.lit(d)) for d in range(t.ndim)]))]
