@@ -396,7 +396,8 @@ class StrictArray:
         return self._a
 
     def __bool__(self):
-        return bool(self._sync())
+        a = self._sync()
+        return False if a.size == 0 else bool(a)     # as cupy's: an empty array is False (numpy raises)
 
     def __int__(self):
         return int(self._sync())

@@ -630,3 +630,20 @@ def test_interrupting_a_partitioned_run_stops_its_partitions(body_device):
     while any(x.name.startswith("dfc-cpu") for x in threading.enumerate()) and time.time() < deadline:
         time.sleep(0.05)
     assert not any(x.name.startswith("dfc-cpu") for x in threading.enumerate())
+
+
+def test_a_shape_whose_element_count_overflows_int64_is_refused_before_any_array_module_sees_it():
+    """cupy counts elements in int64: 2**120 wraps to 0 and cupy.full returned an empty array (seen on an
+    H200), so a sum of it was silently 0. The kernel refuses the shape itself, on every device."""
+    from dfc.ir.graph import Node
+    from dfc.runtime.kernels import array_kernels
+    from dfc.runtime.kernels.registry import KERNELS
+
+    class NoArrays:
+        def full(self, *a, **k):
+            raise AssertionError("the array module was asked for the array")
+
+    fill = KERNELS["Fill"](Node("fill", "Fill", ["s", "v"], {}), NoArrays())
+    with pytest.raises(ValueError, match="too big"):
+        fill(None, [np.array([2 ** 40] * 3, np.int64), np.float64(1.0)])
+    assert array_kernels._as_shape(np.array([2, 3], np.int64)) == (2, 3)

@@ -50,7 +50,13 @@ def _rank(node, xp):
 
 
 def _as_shape(v):
-    return tuple(int(d) for d in host(v).reshape(-1))
+    shape = tuple(int(d) for d in host(v).reshape(-1))
+    n = 1
+    for d in shape:
+        n *= max(d, 0)
+    if n >= 2 ** 63:        # numpy refuses; cupy's int64 element count would wrap (2**120 elements -> 0)
+        raise ValueError(f"array is too big: shape {list(shape)}")
+    return shape
 
 
 @kernel("Reshape")
