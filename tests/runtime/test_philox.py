@@ -96,11 +96,14 @@ def test_tag_words_agree():
 
 
 def test_elements_do_not_depend_on_the_draws_size():
-    """Element i is a function of i: a longer draw extends a shorter one (counter = element block)."""
+    """Element i is a function of i: a longer draw extends a shorter one (counter = element block); small
+    draws (Python's scalars) and larger ones (numpy's arrays, in chunks) give the same bits."""
     for uniform in (True, False):
         for dtype in ("float32", "float64"):
-            long = X.draw(np, uniform, 1000, dtype, 0.0, 1.0, (5, 6), (7, 8))
-            np.testing.assert_array_equal(X.draw(np, uniform, 13, dtype, 0.0, 1.0, (5, 6), (7, 8)), long[:13])
+            long = X.draw(np, uniform, 2 * X.CPU_CHUNK * 4 + 5, dtype, -1.0, 3.0, (5, 6), (7, 8))
+            for n in (0, 1, 2, 3, 5, 13, X.SMALL, X.SMALL + 1, 1000):
+                short = X.draw(np, uniform, n, dtype, -1.0, 3.0, (5, 6), (7, 8))
+                assert short.tobytes() == long[:n].tobytes(), (uniform, dtype, n)
 
 
 def test_uniform_range_and_moments():

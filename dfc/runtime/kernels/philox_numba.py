@@ -33,7 +33,7 @@ def _bump(k0, k1):
 @njit(cache=True, nogil=True, inline="always")
 def block(c0, c1, c2, c3, k0, k1):
     """philox.philox on uint64 words holding 32 bits each. The ten rounds are written out: measured, a loop
-    over them made a draw's block loop ~10x slower (LLVM vectorizes the unrolled form across blocks)."""
+    over them made a draw's block loop ~10x slower."""
     c0, c1, c2, c3 = _round(c0, c1, c2, c3, k0, k1)
     k0, k1 = _bump(k0, k1)
     c0, c1, c2, c3 = _round(c0, c1, c2, c3, k0, k1)
