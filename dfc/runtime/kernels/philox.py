@@ -1,8 +1,8 @@
 """Random draws: one counter-based stream (Philox4x32-10) shared by every execution path.
 
 Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11; the generator of
-TensorFlow's stateless random ops and of numpy.random.Philox) maps a 128-bit counter and a 64-bit key to
-128 random bits. Every draw of a RandomUniform / RandomNormal node is a pure function of
+TensorFlow's stateless random ops, a sibling of numpy.random.Philox's 4x64) maps a 128-bit counter and a
+64-bit key to 128 random bits. Every draw of a RandomUniform / RandomNormal node is a pure function of
 
     key     = (k0, k1) = (seed mod 2**32, crc32(node name) ^ (seed >> 32 mod 2**32))
               (the seed taken mod 2**64: a seed in [0, 2**32) is its own word)
