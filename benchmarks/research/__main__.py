@@ -100,6 +100,8 @@ def report(res):
          f"{c['date']}; {m['cpus']} cores {m['processor']}; BLAS threads: {c['blas_threads']}; numpy's OpenBLAS "
          f"kernels: {c['blas_kernels']}; versions: " + ", ".join(f"{k} {v or 'not installed'}"
                                                                  for k, v in c["versions"].items())
+         + (f"; commit {res['checkout']['commit']}, {res['checkout']['dfc_files_changed']} files under dfc/ changed "
+            "in the working tree" if "checkout" in res else "")
          + f". 1-minute load average {res['load_avg_at_start']:.1f} at the start, {res['load_avg_at_end']:.1f} at the "
            f"end (the machine is shared: ratios move with the load; each row gives the load at its start).", "",
          "Each program runs in a fresh process with an empty `DFC_CACHE_DIR`. dfc first call: the first call of the "
@@ -142,6 +144,17 @@ def report(res):
     return "\n".join(L) + "\n"
 
 
+def checkout():
+    """The commit measured and how many files under dfc/ differed from it (helpers edit one working tree)."""
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return {"commit": git("rev-parse", "--short", "HEAD").strip() or None,
+            "dfc_files_changed": len([x for x in git("status", "--porcelain", "--", "dfc").splitlines() if x.strip()])}
+
+
 def _stem(compile_loops):
     """research.json/.md for the default mode; research_compile_loops_X for a forced one."""
     return "research" if compile_loops == "default" else f"research_compile_loops_{compile_loops}"
@@ -161,7 +174,7 @@ def main(argv=None):
     from benchmarks.__main__ import machine
     from benchmarks.research import case_names
     names = [n for n in case_names() if not a.only or n in a.only.split(",")]
-    res = {"machine": machine(), "size": a.size, "compile_loops": a.compile_loops, "settle_s": a.settle, "budget_s": a.budget,
+    res = {"machine": machine(), "checkout": checkout(), "size": a.size, "compile_loops": a.compile_loops, "settle_s": a.settle, "budget_s": a.budget,
            "load_avg_at_start": os.getloadavg()[0], "cases": []}
     for name in names:
         print(f"== {name}", flush=True)
