@@ -410,7 +410,7 @@ def test_scan_sort_gather_and_scatter_helpers_give_the_kernels_bits(dtype):
     """The compiled helpers (compiled/arrays.py) against the kernels, every dtype the kernels take, along
     every axis: cumulative sums and products both ways (integers wrap), argmax/argmin (first NaN, first
     tie), stable argsort both ways, gather and take_along_axis, and the scatters that add repeated indices
-    in numpy's order (ScatterAdd, TakeAlongAxisGrad; CumprodGrad for floats)."""
+    in numpy's order (ScatterAdd, TakeAlongAxisGrad; CumprodGrad for floats), permuted copies."""
     from dfc.runtime.compiled import helpers as H
     rng = np.random.default_rng(11)
     x = _values(dtype, (3, 5, 4), rng)
@@ -447,6 +447,9 @@ def test_scan_sort_gather_and_scatter_helpers_give_the_kernels_bits(dtype):
                     want, = _kernel("CumprodGrad", x, g, axis=ax, reverse=rev)
                     got = H.cumprod_grad(x3, g.reshape(x3.shape), rev)
                     _same(got.reshape(x.shape), want, ("CumprodGrad", ax, rev))
+        for perm in [(2, 0, 1), (1, 0, 2), (0, 1, 2), (2, 1, 0)]:
+            want = np.ascontiguousarray(np.transpose(x, perm))
+            _same(H.permute(x, np.empty(want.shape, x.dtype), perm), want, ("permute", perm))
         rows = x.reshape(-1, 4)
         for desc in (False, True):
             want, = _kernel("ArgSort", rows, axis=-1, descending=desc)
@@ -473,14 +476,15 @@ def _same_as_reference(g, args, n_frames):
 def test_numpy_indexing_gathers_scans_and_their_gradients_compile():
     """x[:, None], x[..., k], index arrays (one; two broadcast together; beside an int, apart: numpy puts
     the indexed dimensions first), gather, take_along_axis of an argsort, cumprod, a sum over two adjacent
-    axes and squeeze without axes, in a loop and in its
+    axes, squeeze without axes and batched matmuls (one matrix per entry, or one for all), in a loop and in its
     gradient loop (GetItemGrad with index arrays, ScatterAdd, TakeAlongAxisGrad, CumprodGrad): compiled,
     the reference's bits. (Kept small: numba compiles slowly; the helpers' test covers the dtypes.)"""
     def f(x, idx, rows, n):
         def body(i, acc):
             parts = [x[:, None] * x[None, 0], x[..., 1], x[idx], x[rows, idx[:2]], x[0, :, idx],
                      dfc.gather(x, idx, axis=2), dfc.take_along_axis(x, dfc.argsort(x, axis=1), axis=1),
-                     dfc.cumprod(x, axis=1, reverse=True), dfc.reduce_sum(x, axis=[1, 2]), dfc.squeeze(x[:, :1])]
+                     dfc.cumprod(x, axis=1, reverse=True), dfc.reduce_sum(x, axis=[1, 2]), dfc.squeeze(x[:, :1]),
+                     dfc.matmul(x, x[:, :3]), dfc.matmul(x, x[0, 1:])]
             s = acc
             for k, p in enumerate(parts):
                 s = s + dfc.reduce_sum(p * p) * (0.5 + 0.1 * k)
@@ -565,3 +569,21 @@ def test_a_tensor_array_written_and_read_in_one_frame_compiles():
     from dfc import nest
     for a, b in zip(nest.flatten(want), nest.flatten(got)):
         _same(a, b, "compiled")
+
+
+def test_batched_matmul_calls_numpys_loop_as_numpy_does():
+    """npcall.matmul_batched (stacks of matrices, or a stack times one matrix; either transposed) gives
+    np.matmul's bits, BLAS-sized and odd shapes, float32, float64 and int64."""
+    from dfc.runtime.compiled import npcall
+    rng = np.random.default_rng(15)
+    for dt in ("float32", "float64", "int64"):
+        lp = np.array(list(npcall.loop_address(np.matmul, (dt, dt, dt))), np.int64)
+        for sa, sb in [((4, 5, 6), (4, 6, 3)), ((4, 5, 6), (1, 6, 7)), ((2, 33, 64), (2, 64, 17)), ((3, 1, 8), (1, 8, 1))]:
+            for ta in (False, True):
+                for tb in (False, True):
+                    a = (rng.standard_normal(sa[:1] + (sa[1:][::-1] if ta else sa[1:])) * 10).astype(dt)
+                    b = (rng.standard_normal(sb[:1] + (sb[1:][::-1] if tb else sb[1:])) * 10).astype(dt)
+                    x, y = (a.swapaxes(-1, -2) if ta else a), (b.swapaxes(-1, -2) if tb else b)
+                    want = np.matmul(x, y if sb[0] != 1 else y[0])
+                    got = npcall.matmul_batched(lp, 0, a, b, ta, tb).reshape(want.shape)
+                    _same(got, want, (dt, sa, sb, ta, tb))

@@ -372,25 +372,34 @@ class FrameSource:
         (whose cond reads it only in that branch). Its inferred rank is unknown; compiled code gives it the
         value's type and a placeholder of that type where the dummy is taken. None if i is no such Merge."""
         p = self.plan
-        if any(p.nodes[d].op != "StackPush" or slot != 1 for d, slot in p.out_edges[i][0]) or \
-                any(p.out_edges[i][1:]):
+        if not self._pushed_only(i):
             return None
-        real, dummies = set(), []
+        real, dummies = {}, []
         for s, port in p.ins[i]:
             n = p.nodes[s]
             t = self.types.get(n.name)[port]
             if n.op == "Const" and t.shape == ():
                 dummies.append((s, t.dtype))
+            elif t.shape is None and p.kind[s] == MERGE and port == 0 and self._lifted(s) is not None:
+                inner = self._lifted(s)         # a lift of a lift (nested conds)
+                real[(inner.dtype, inner.ndim)] = inner
             elif t.shape is None or t.dtype not in _DTYPES:
                 return None
             else:
-                real.add((t.dtype, len(t.shape)))
+                real[(t.dtype, len(t.shape))] = Type(t, "lift")
         if len(real) != 1 or not dummies or any(d != next(iter(real))[0] for _, d in dummies):
             return None
-        t = self.types.get(p.nodes[[s for s, _ in p.ins[i] if s not in dict(dummies)][0]].name)
-        t = Type(t[[port for s, port in p.ins[i] if s not in dict(dummies)][0]], "lift")
         self.lift_dummies.setdefault(i, {s for s, _ in dummies})
-        return t
+        return next(iter(real.values()))
+
+    def _pushed_only(self, i):
+        """Whether Merge i's value is only pushed (output 0 into StackPush slot 1), directly or through lift
+        Merges of nested conds."""
+        p = self.plan
+        if any(p.out_edges[i][1:]):
+            return False
+        return all((p.nodes[d].op == "StackPush" and slot == 1) or (p.kind[d] == MERGE and self._pushed_only(d))
+                   for d, slot in p.out_edges[i][0])
 
     # ------------------------------------------------------------ references
     def ref(self, sp, a):

@@ -244,3 +244,26 @@ def matmul_into(LP, k, a, b, ta, tb, out):
     if call_loop(LP[3 * k], LP[3 * k + 1], LP[3 * k + 2], (1, n, kk, m), (address(a), address(b), address(out)),
                  steps) < 0:
         raise FloatingPointError("numpy loop failed")
+
+
+@njit(cache=True, nogil=True)
+def matmul_batched(LP, k, a, b, ta, tb):
+    """numpy's matmul loop over a stack of matrices: a (batch, r, c) and b (batch, r, c) or (1, r, c) (one
+    matrix for every batch entry, numpy's broadcast: outer stride 0), C-contiguous, each optionally
+    transposed (as strides). One call with the batch as the gufunc's outer dimension, as numpy makes it;
+    a new flat C-contiguous result of batch * n * m elements."""
+    it = a.itemsize
+    nb = a.shape[0]
+    n, kk, sa_n, sa_k = _core(a[0], ta)
+    m, kb, sb_m, sb_k = _core(b[0], not tb)
+    if kk != kb:
+        raise ValueError("matmul: inner dimensions differ")
+    if b.shape[0] != nb and b.shape[0] != 1:
+        raise ValueError("matmul: batch dimensions differ")
+    sb = 0 if b.shape[0] == 1 else b.shape[1] * b.shape[2] * it
+    steps = (a.shape[1] * a.shape[2] * it, sb, n * m * it, sa_n, sa_k, sb_k, sb_m, m * it, it)
+    dt, pa, pb, fn, ctx, aux = a.dtype, address(a), address(b), LP[3 * k], LP[3 * k + 1], LP[3 * k + 2]
+    out = np.empty(nb * n * m, dt)
+    if call_loop(fn, ctx, aux, (nb, n, kk, m), (pa, pb, address(out)), steps) < 0:
+        raise FloatingPointError("numpy loop failed")
+    return out

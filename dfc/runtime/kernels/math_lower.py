@@ -339,13 +339,12 @@ def _reduce(e):
         shape = E.fmt("({})", E.items([one] * t.ndim)) if keep else None
         count = E.fmt("{}.size", x)
     else:
-        first, last = axis if isinstance(axis, tuple) else (axis % nd, axis % nd)
+        lo, hi = axis if isinstance(axis, tuple) else (axis % nd, axis % nd)
         dims = [E.fmt("{}.shape[{}]", x, E.lit(j)) for j in range(nd)]
-        pre = E.join(" * ", [one] + dims[:first])
-        n = E.fmt("({})", E.join(" * ", dims[first:last + 1]))
-        post = E.join(" * ", [one] + dims[last + 1:])
-        kept = [(one if first <= j <= last else dims[j]) for j in range(nd)] if keep else \
-            dims[:first] + dims[last + 1:]
+        pre = E.join(" * ", [one] + dims[:lo])
+        n = E.fmt("({})", E.join(" * ", dims[lo:hi + 1]))
+        post = E.join(" * ", [one] + dims[hi + 1:])
+        kept = [(one if lo <= j <= hi else dims[j]) for j in range(nd)] if keep else dims[:lo] + dims[hi + 1:]
         shape = E.fmt("({})", E.items(kept)) if kept else None
         count = n
     r = e.tmp()
@@ -397,6 +396,8 @@ def _argmax(e):
 def _matmul(e):
     a, b = e.ins
     ta, tb = e.node.attrs.get("transpose_a", False), e.node.attrs.get("transpose_b", False)
+    if a.ndim >= 3 and (b.ndim == 2 or b.ndim == a.ndim):
+        return [_batched_matmul(e, bool(ta), bool(tb))]
     if a.ndim not in (1, 2) or b.ndim not in (1, 2) or ((ta or tb) and (a.ndim, b.ndim) != (2, 2)):
         raise Unsupported("MatMul other than 2-D @ 2-D (transposed or not), 2-D @ 1-D, 1-D @ 2-D or 1-D @ 1-D")
     k = E.lit(e.loop(np.matmul, (a.dtype, a.dtype, a.dtype)))
@@ -415,6 +416,28 @@ def _matmul(e):
         return [E.fmt("H.reshape({}, ({}.shape[{}], {}.shape[{}]))", flat, x, E.lit(int(bool(ta))), y,
                       E.lit(int(not tb)))]
     return [E.fmt("{}[0]", flat) if e.outs[0].ndim == 0 else flat]      # (n,) or (m,): flat already
+
+
+def _batched_matmul(e, ta, tb):
+    """a stack of matrices times a stack of the same batch shape, or times one matrix (numpy's broadcast), by
+    numpy's loop with the batch as its outer dimension (npcall.matmul_batched); other batch shapes raise and
+    the fused path computes them."""
+    (a, b), (x, y) = e.ins, e.args
+    k = E.lit(e.loop(np.matmul, (a.dtype, a.dtype, a.dtype)))
+    nd = a.ndim
+    xd = [E.fmt("{}.shape[{}]", x, E.lit(j)) for j in range(nd)]
+    batch = xd[:-2]
+    if b.ndim == nd:
+        e.stmt("if {}: raise ValueError('matmul: batch dimensions differ')",
+               E.join(" or ", [E.fmt("{}.shape[{}] != {}", y, E.lit(j), xd[j]) for j in range(nd - 2)]))
+    one = [E.lit(1)]
+    x3 = E.fmt("H.reshape({}, ({}, {}, {}))", x, E.join(" * ", one + batch), xd[-2], xd[-1])
+    yb = E.join(" * ", one + (batch if b.ndim == nd else []))
+    y3 = E.fmt("H.reshape({}, ({}, {}.shape[{}], {}.shape[{}]))", y, yb, y, E.lit(b.ndim - 2), y, E.lit(b.ndim - 1))
+    flat = E.fmt("P.matmul_batched(LP, {}, {}, {}, {}, {})", k, x3, y3, E.lit(ta), E.lit(tb))
+    rows = xd[-1] if ta else xd[-2]
+    cols = E.fmt("{}.shape[{}]", y, E.lit(b.ndim - 2 if tb else b.ndim - 1))
+    return E.fmt("H.reshape({}, ({}))", flat, E.items(batch + [rows, cols]))
 
 
 def step(e, op, args, ins, out, **attrs):
