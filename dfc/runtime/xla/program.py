@@ -9,7 +9,8 @@ from dfc.runtime import containers
 from dfc.runtime.executor import Plan
 from dfc.runtime.fused import FrameIndex
 from dfc.runtime.session import convert_input
-from dfc.runtime.xla.lower import Analysis, Lowerer, var_key
+from dfc.runtime.xla.lower import Analysis, Lowerer
+from dfc.runtime.xla.state import var_key
 
 # Rows a stack or TensorArray buffer starts with: as many as fit in STACK_BYTES, between MIN_ROWS and
 # MAX_ROWS (a power of two). Every run zeroes its buffers, so they stay small; a loop that outruns one
