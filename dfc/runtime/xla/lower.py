@@ -12,8 +12,8 @@ A loop frame that may be dead (inside an untaken branch) runs under lax.cond.
 
 Stacks (state.py, with TensorArrays and Variables) are preallocated buffers: a push writes at `count`
 (past the capacity, or when the push is dead, into one spare row), a pop reads at `count - 1`.
-TensorArrays are buffers with a mask of written rows and a length. The capacities, and the length each TensorArrayStack gives, are static (part of what is
-compiled); the run reports the high-water marks and lengths, and program.py runs again with larger
+TensorArrays are buffers with a mask of written rows and a length. The capacities, and the length each
+TensorArrayStack gives, are static (part of what is compiled); the run reports the high-water marks and lengths, and program.py runs again with larger
 buffers when a loop outran one. Once a pop reads past a capacity its value is garbage, so every loop
 stops (the flag `poison` joins each loop predicate): a gradient loop driven by popped counts cannot run
 away before the re-run. Errors dfc raises at run time (pop from an empty stack, a TensorArray index out
