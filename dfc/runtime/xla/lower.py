@@ -10,14 +10,14 @@ branches is live exactly where the cond was), both branches compute, the Merge s
 (stack pushes and pops, TensorArray writes, Variable assigns) take effect only where their node is live.
 A loop frame that may be dead (inside an untaken branch) runs under lax.cond.
 
-Stacks (state.py, with TensorArrays and Variables) are preallocated buffers: a push writes at `count`
-(past the capacity, or when the push is dead, into one spare row), a pop reads at `count - 1`.
-TensorArrays are buffers with a mask of written rows and a length. The capacities, and the length each
-TensorArrayStack gives, are static (part of what is compiled); the run reports the high-water marks and lengths, and program.py runs again with larger
-buffers when a loop outran one. Once a pop reads past a capacity its value is garbage, so every loop
-stops (the flag `poison` joins each loop predicate): a gradient loop driven by popped counts cannot run
-away before the re-run. Errors dfc raises at run time (pop from an empty stack, a TensorArray index out
-of range, written twice or read unwritten) are flags the run returns.
+Stacks (state.py, with TensorArrays and Variables) are preallocated buffers: a push writes at `count` (past
+the capacity, or when the push is dead, into one spare row), a pop reads at `count - 1`. TensorArrays are
+buffers with a mask of written rows and a length. The capacities, and the length each TensorArrayStack gives,
+are static (part of what is compiled); the run reports the high-water marks and lengths, and program.py runs
+again with larger buffers when a loop outran one. Once a pop reads past a capacity its value is garbage, so
+every loop stops (the flag `poison` joins each loop predicate): a gradient loop driven by popped counts cannot
+run away before the re-run. Errors dfc raises at run time (pop from an empty stack, a TensorArray index out of
+range, written twice or read unwritten) are flags the run returns.
 
 Every op whose inputs are all concrete numpy values (constants, shapes: XLA shapes are static) is folded
 with dfc's own numpy kernel, so shape arithmetic has dfc's exact semantics and gives XLA static shapes.
