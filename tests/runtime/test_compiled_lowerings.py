@@ -454,6 +454,15 @@ def test_scan_sort_gather_and_scatter_helpers_give_the_kernels_bits(dtype):
         for desc in (False, True):
             want, = _kernel("ArgSort", rows, axis=-1, descending=desc)
             _same(H.argsort_rows(rows, desc), want, ("ArgSort", desc))
+    if floats:
+        for to in ("int32", "int64"):
+            from dfc.runtime.kernels.math_lower import _INT_RANGE, cast_native
+            assert cast_native()        # (else the lowering refuses array casts)
+            with np.errstate(all="ignore"):
+                big = (x * np.array(1e12, dtype)).astype(dtype)
+                want, = _kernel("Cast", big, dtype=to)
+            lo, hi = _INT_RANGE[to]
+            _same(H.float_to_int_array(big, lo, hi, np.int64(np.iinfo(to).min), np.zeros(0, to)), want, ("Cast", to))
     if dtype.startswith("int"):
         for bounds in [(3, 17, 4), (17, 3, -5), (5, 5, 1), (-4, 9, 13), (0, 1, -1)]:
             b = [np.array(v, dtype)[()] for v in bounds]
@@ -503,7 +512,8 @@ def test_numpy_indexing_gathers_scans_and_their_gradients_compile():
 
 def test_float32_and_integer_ops_and_kernel_calls_compile():
     """One forward loop of float32 and int32 values: integer cumsum that wraps, argmax/argmin and top_k with
-    NaNs and ties, isnan/isinf, an integer range, one_hot, gather of integers, pad; einsum and dfc.linalg
+    NaNs and ties, isnan/isinf, an integer range, one_hot, gather of integers, pad, float arrays (NaN,
+    infinite, out of range) cast to int32; einsum and dfc.linalg
     (their kernels, called from compiled code); a singular matrix raises the kernel's error naming its node."""
     def f(x, k, a, m, n):
         def body(i, acc, ks):
@@ -519,7 +529,7 @@ def test_float32_and_integer_ops_and_kernel_calls_compile():
             out = acc + dfc.reduce_sum(dfc.where(dfc.isnan(v), dfc.zeros_like(v), v)) + dfc.reduce_sum(hot) + \
                 dfc.cast(tot, "float32")
             return i + 1, out, ks + cs + flags[:, :4] + dfc.cast(dfc.reduce_sum(r), "int32") + \
-                dfc.cast(at[:, :1], "int32")
+                dfc.cast(at[:, :1], "int32") + dfc.cast(x[:, :4] * 1e9, "int32")
         return dfc.while_loop(lambda i, *_: i < n, body, (0, dfc.zeros([], "float32"), dfc.zeros([3, 4], "int32")))[1:]
     g = dfc.trace(f, dfc.TensorSpec([3, 6], "float32"), dfc.TensorSpec([3, 4], "int32"),
                   dfc.TensorSpec([3, 4], "float64"), dfc.TensorSpec([2, 2], "float64"), dfc.TensorSpec([], "int64"))

@@ -292,3 +292,15 @@ def ta_gather(items, ok, idx):
             raise ValueError("TensorArray elements of different shapes")
         out[k] = v
     return out
+
+
+@njit(cache=True, nogil=True)
+def float_to_int_array(x, lo, hi, bad, proto):
+    """x (floats) cast to proto's integer dtype element by element as numpy's loops cast on this machine
+    (math_lower.cast_native checks): truncation, `bad` (INT_MIN) when out of range or NaN."""
+    out = np.empty(x.shape, proto.dtype)
+    xf, of = x.reshape(x.size), out.reshape(out.size)
+    for q in range(x.size):
+        v = xf[q]
+        of[q] = np.int64(v) if (v >= lo and v < hi) else bad
+    return out

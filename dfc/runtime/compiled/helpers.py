@@ -9,7 +9,7 @@ from dfc.runtime.compiled import npcall as P
 from dfc.runtime.kernels.philox_numba import (normal_into as philox_normal, size_of as philox_size,  # noqa: F401
                                               tag_words as philox_tag, uniform_into as philox_uniform)
 from dfc.runtime.compiled.arrays import (add_rows, arg_extreme, argsort_rows, cumprod_grad, cumulate,  # noqa: F401
-                                         gather3, index_step, int_range, permute, scatter3, scatter_along3,
+                                         float_to_int_array, gather3, index_step, int_range, permute, scatter3, scatter_along3,
                                          ta_gather, take_along3, take_rows, wrap)   # (called as H.<name>)
 
 

@@ -280,6 +280,26 @@ def _like(e):
 _INT_RANGE = {"int32": (-2.0 ** 31, 2.0 ** 31), "int64": (-2.0 ** 63, 2.0 ** 63)}
 
 
+@functools.cache
+def cast_native():
+    """Whether numpy's float -> int array casts on this machine give, for values of every kind (in range,
+    out of range, infinite, NaN; arrays of the sizes its SIMD loops split into), truncation in range and the
+    lowest integer otherwise, as the scalar cast's lowering (H.float_to_int) computes. Probed once."""
+    v = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 2.5, -2.5, 1e19, -1e19, 2.0 ** 31 - 0.5, -2.0 ** 31 - 0.5,
+                  2.0 ** 63, -2.0 ** 63, 7.9, -0.0, 1e-300])
+    rng = np.random.default_rng(0)
+    with np.errstate(all="ignore"):
+        for f in (np.float32, np.float64):
+            for i in ("int32", "int64"):
+                lo, hi = _INT_RANGE[i]
+                for n in (1, 3, 7, 8, 9, 16, 17, 33, 67):
+                    x = rng.choice(v, n).astype(f)
+                    want = np.where((x >= lo) & (x < hi), np.trunc(np.where(np.isfinite(x), x, 0)), lo)
+                    if x.astype(i).tobytes() != want.astype(np.float64).astype(i).tobytes():
+                        return False
+    return True
+
+
 @lowering("Cast")
 def _cast(e):
     x, t, out = e.args[0], e.ins[0], e.outs[0]
@@ -293,7 +313,11 @@ def _cast(e):
         lo, hi = _INT_RANGE[dst]
         bad = E.fmt("np.int64({})", E.lit(-(2 ** 31) if dst == "int32" else -(2 ** 63)))
         if t.ndim:
-            raise Unsupported("array casts from float to int are not lowered (numpy's out-of-range values)")
+            if not cast_native():
+                raise Unsupported("array casts from float to int: numpy's loops here give out-of-range values "
+                                  "otherwise than its scalar cast")
+            return [E.fmt("H.float_to_int_array({}, {}, {}, {}, np.zeros(0, {}))", x, E.lit(lo), E.lit(hi), bad,
+                          st(dst))]
         return [E.fmt("{}(H.float_to_int({}, {}, {}, {}))", st(dst), x, E.lit(lo), E.lit(hi), bad)]
     if t.ndim == 0:
         return [E.fmt("{}({})", st(dst), x)]
