@@ -75,7 +75,7 @@ def head(comment, objmode, params):
     `def run(<params>, K, LP, R):` line."""
     return [E.fmt("import numpy as np"), E.fmt("import numba"), E.fmt("from numba import njit"),
             E.fmt("from dfc.runtime.compiled import helpers as H, npcall as P"), E.fmt(""), comment,
-            # object mode (kernels called from compiled code, e.g. random draws) needs the GIL
+            # object mode (kernels called from compiled code, e.g. einsum, dfc.linalg) needs the GIL
             E.fmt("@njit(cache=True, nogil={}, error_model='numpy')", E.lit(not objmode)),
             E.fmt("def run({}K, LP, R):", E.items(params))]
 

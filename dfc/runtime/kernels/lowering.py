@@ -18,7 +18,9 @@ over a whole buffer.
 
 A lowering that cannot handle a node (its attrs or input types) raises Unsupported; an op without a
 lowering, or a node whose lowering refuses, keeps its frame on the fused Python path, and
-`Session.compiled_frames()` / `dfc show --fused` say which node blocked compilation.
+`Session.compiled_frames()` / `dfc show --fused` say which node blocked compilation and why. Every op
+has a lowering except those in codegen.NOT_LOWERED, each with its reason (asynchronous, cross-device, host
+effects); tests/compiler/test_lowering_coverage.py keeps it so.
 """
 from dfc.runtime import emit as E
 
