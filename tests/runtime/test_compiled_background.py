@@ -110,6 +110,41 @@ def test_fused_runs_while_a_child_compiles_skip_the_compiled_codes_arguments(mon
     assert conversions == [] and f.runs == {"compiled": 0, "fused": 5}
 
 
+class _Compiled:
+    """A background Job that has finished (its frame then compiles in this process, for the test)."""
+    error, seconds = None, 0.0
+
+    def poll(self):
+        return True
+
+
+@pytest.mark.parametrize("fused_seconds, keeps_compiled", [(1e-9, False), (10.0, True)])
+def test_auto_keeps_the_compiled_code_only_if_it_runs_faster_than_fused(monkeypatch, tmp_path, fused_seconds,
+                                                                         keeps_compiled):
+    """The default mode times its first compiled runs against the fused runs before them: compiled code that
+    is slower (values crossing in and out at a cost) must not make the program slower than the fused path."""
+    from dfc.runtime import compiled
+    from dfc.runtime.compiled import background
+    monkeypatch.setenv("DFC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(background, "start", lambda path, types, frame: _Compiled())
+    g = _graph(0.5)
+    x = np.full(3, 0.25, np.float32)
+    want = dfc.Session(g, mode="reference").call(x, np.int64(6))
+    s = dfc.Session(g, compile_loops="auto", num_threads=0)
+    s.call(x, np.int64(6))
+    f = _frame(s, g)
+    _long_enough(f)
+    f._fused_times[:] = [fused_seconds] * 5     # as if its fused runs had taken this long each
+    for _ in range(compiled.TRIAL_RUNS + 3):
+        np.testing.assert_array_equal(s.call(x, np.int64(6))[1], want[1])
+    assert f._decided and f.slower_compiled is not keeps_compiled
+    before = dict(f.runs)
+    for _ in range(2):
+        np.testing.assert_array_equal(s.call(x, np.int64(6))[1], want[1])
+    ran = "compiled" if keeps_compiled else "fused"
+    assert f.runs[ran] == before[ran] + 2, (before, f.runs)
+
+
 def test_a_child_that_fails_leaves_the_frame_fused(monkeypatch, tmp_path):
     from dfc.runtime.compiled import background
     monkeypatch.setenv("DFC_CACHE_DIR", str(tmp_path))

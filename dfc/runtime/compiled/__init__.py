@@ -18,7 +18,9 @@ Compiled code is cached on disk (cache.py), so a second process loads machine co
 
 When to compile: compile_loops=True compiles every frame on its first run; compile_loops="auto" only a
 frame worth it, one whose runs on the fused path have taken AUTO_SECONDS in all (a compile costs about
-that), or whose machine code is in the disk cache already. $DFC_COMPILE_BUDGET (seconds) caps the time
+that), or whose machine code is in the disk cache already; its first TRIAL_RUNS compiled runs are then
+timed against its fused runs, and a frame whose compiled code turns out slower (values that cross in and
+out at a cost) goes back to the fused path for good. $DFC_COMPILE_BUDGET (seconds) caps the time
 one process spends compiling (frames already in the disk cache do not count); past it, new frames stay
 fused (the test suite sets it: every test runs its loops compiled, within a bounded time).
 """
@@ -34,6 +36,8 @@ from dfc.runtime.values import DEAD
 _stats_lock = threading.Lock()
 _STATS = []     # one dict per compile: frame, key, seconds, cached, types
 AUTO_SECONDS = 0.5
+TRIAL_RUNS = 12     # "auto": compiled runs timed against the fused ones before it keeps the compiled code
+SLOWER = 1.2        # ... and how much slower (median per call) they may be (timing noise) before it does not
 _budget = {"left": config.env("DFC_COMPILE_BUDGET")}
 
 
@@ -59,6 +63,10 @@ class CompiledFrame:
     def __init__(self, prog, src, policy=True):
         self.prog, self.src, self.policy = prog, src, policy
         self.fused_seconds = 0.0      # time its runs on the fused path took (compile_loops="auto")
+        self._fused_times = []        # "auto": the first fused runs' times, and the first compiled runs'
+        self._compiled_times = []     # (whole calls: arguments and effects included), to compare them
+        self.slower_compiled = False  # "auto": its compiled runs took longer than its fused runs: fused
+        self._decided = False
         self._compiled_once = False
         self._job = None              # compile_loops="auto": the child process compiling it (background.py)
         self._job_recorded = False
@@ -99,6 +107,31 @@ class CompiledFrame:
 
     def fn(self, ctx, kern, vals, tag, traced=False):
         """Run the frame: compiled when its Enter values fit, else (or to report an error) fused."""
+        if self.policy == "auto" and self._compiled_once and not self._decided:
+            if len(self._compiled_times) < TRIAL_RUNS:
+                n, t0 = self.runs["compiled"], time.perf_counter()
+                try:
+                    return self._fn(ctx, kern, vals, tag, traced)
+                finally:
+                    if self.runs["compiled"] > n:
+                        self._compiled_times.append(time.perf_counter() - t0)
+            if len(self._fused_times) < 4:      # (compiled from its first run: from the disk cache)
+                return self._fused_timed(ctx, kern, vals, tag, traced)
+            self._decide()
+        if self.slower_compiled:
+            return self._fused(ctx, kern, vals, tag, traced)
+        return self._fn(ctx, kern, vals, tag, traced)
+
+    def _decide(self):
+        """compile_loops="auto": its first compiled runs were timed against its fused runs; if the compiled
+        code is the slower (a frame whose values cross in and out at a cost, say), the frame goes back to
+        the fused path for good, so the default mode never makes a program slower than fused."""
+        fused = float(np.median(self._fused_times[1:]))        # (the first run warms up)
+        compiled = float(np.median(self._compiled_times[1:]))  # (the first one loads the machine code)
+        self.slower_compiled = compiled > SLOWER * fused
+        self._decided = True
+
+    def _fn(self, ctx, kern, vals, tag, traced=False):
         if ctx.abort is not None:
             return self._fused(ctx, kern, vals, tag, traced)
         if not self._compiled_once and not self._worth_compiling():
@@ -156,7 +189,10 @@ class CompiledFrame:
         try:
             return self._fused(ctx, kern, vals, tag, traced)
         finally:
-            self.fused_seconds += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.fused_seconds += dt
+            if len(self._fused_times) < 4 * TRIAL_RUNS:
+                self._fused_times.append(dt)
 
     def _worth_compiling(self):
         from dfc.runtime.compiled import cache
