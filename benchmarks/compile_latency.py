@@ -137,7 +137,9 @@ def _child(name, what, seconds):
     from dfc.runtime.compiled import background
     background._stop_all()      # (the children's CPU time counts once they are reaped)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"compiled_at_s": compiled_at, "children_cpu_s": kids.ru_utime + kids.ru_stime, "calls": calls, "background_s": [st["seconds"] for st in bg],
+    return {"compiled_at_s": compiled_at, "children_cpu_s": kids.ru_utime + kids.ru_stime,
+            "kept": {f.name: "fused (compiled was slower)" if getattr(f, "slower_compiled", False) else
+                     "compiled" if f.runs["compiled"] else "fused" for f in _frames(s)}, "calls": calls, "background_s": [st["seconds"] for st in bg],
             "errors": [getattr(f, "_job", None) and f._job.error for f in _frames(s, args)
                        if getattr(getattr(f, "_job", None), "error", None)]}
 
@@ -241,6 +243,7 @@ def main(argv=None):
                   + f"; background child {res.get('background_s')}; median call "
                   + ", ".join(f"{_ms(ph[k][0])} {k} ({ph[k][1]} calls)" for k in ("before", "during", "after"))
                   + f"; slowest call {_ms(ph['slowest'])}; compiling children {_s(res, 'children_cpu_s')} CPU"
+                  + f"; in the end {res.get('kept')}"
                   + f" {res.get('errors') or ''}" + (res.get("error", "") or ""))
     if a.json:
         with open(a.json, "w") as f:
