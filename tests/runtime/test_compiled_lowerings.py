@@ -549,22 +549,25 @@ def test_float32_and_integer_ops_and_kernel_calls_compile():
 
 def test_a_tensor_array_written_and_read_in_one_frame_compiles():
     """A stack kept in a TensorArray (a TreeLSTM's pattern): the loop writes elements and reads ones it wrote,
-    in a cond; compiled, with the reference's elements and size. The gradient of such a loop reads and
-    writes one gradient TensorArray, whose reads are keyed sums: that frame says so and runs fused."""
+    in a cond, gathers and stacks it; compiled, with the reference's elements and size. The gradient of such
+    a loop reads and writes one gradient TensorArray, whose reads are keyed sums: that frame says so and runs
+    fused."""
     def f(x, n):
         st = dfc.TensorArray("float64", size=0, dynamic_size=True)
 
-        def body(i, sp, st):
+        def body(i, sp, st, acc):
             def push():
                 return sp + 1, st.write(sp, x[i])
 
             def combine():
                 return sp + 1, st.write(sp, dfc.tanh(st.read(sp - 1) + st.read(sp - 2) * 0.5))
             sp, st = dfc.cond(i < 4, push, combine)
-            return i + 1, sp, st
-        _, sp, st = dfc.while_loop(lambda i, sp, st: i < n, body, (0, 0, st))
+            acc = acc + dfc.reduce_sum(st.gather(dfc.constant(np.array([0, 0], np.int64)))) + \
+                dfc.reduce_sum(st.stack()) * 0.5
+            return i + 1, sp, st, acc
+        _, sp, st, acc = dfc.while_loop(lambda i, sp, st, acc: i < n, body, (0, 0, st, dfc.zeros([], "float64")))
         y = st.stack()
-        return y, st.size(), dfc.gradients(dfc.reduce_sum(y * y), [x])
+        return y, st.size(), acc, dfc.gradients(dfc.reduce_sum(y * y), [x])
     g = dfc.trace(f, dfc.TensorSpec([4, 3], "float64"), dfc.TensorSpec([], "int64"))
     status = _compiled(g).compiled_frames()
     assert status["while"]["status"] == "compiled"
