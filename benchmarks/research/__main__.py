@@ -140,7 +140,7 @@ def report(res):
     fails = failures(res)
     L += ["", "Failures:" if fails else "Failures: none.", ""]
     for name, what, msg in fails:
-        L.append(f"* {name}, {what}: {msg}")
+        L.append(f"* {name}, {what}: " + " ".join(str(msg).split()).replace("|", "/"))      # one line each
     return "\n".join(L) + "\n"
 
 
