@@ -12,7 +12,6 @@ import sys
 import tempfile
 import time
 
-from benchmarks import harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(os.path.dirname(HERE), "results")
