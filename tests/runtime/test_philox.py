@@ -148,7 +148,8 @@ def _loop_program():
             _, s = dfc.while_loop(lambda j, s: j < m, inner, (0, s))
             u = dfc.random_uniform([3], minval=0.5, maxval=1.5, dtype="float32", seed=4)
             return i + 1, s * dfc.cast(u, "float64") + dfc.random_normal([], dtype="float64")
-        return dfc.while_loop(lambda i, s: i < n, outer, (0, dfc.zeros([2, 3], "float64")))[1]
+        s = dfc.while_loop(lambda i, s: i < n, outer, (0, dfc.zeros([2, 3], "float64")))[1]
+        return s + dfc.random_normal([2, 3], dtype="float64", seed=9)     # a draw at the run's root too
     return dfc.trace(f, dfc.TensorSpec([], "int64"), dfc.TensorSpec([], "int64"))
 
 
@@ -171,10 +172,11 @@ def test_loops_with_draws_compile_natively():
     assert (run["status"], run["blocked_by"]) == ("compiled", None)
     src = run["source"]
     assert "objmode" not in src and "kernel_call" not in src and "nogil=True" in src
-    assert src.count("H.philox_normal(") == 2 and src.count("H.philox_uniform(") == 1
+    assert src.count("H.philox_normal(") == 3 and src.count("H.philox_uniform(") == 1
     ref = dfc.Session(g, mode="reference")
     for _ in range(2):
         np.testing.assert_array_equal(s.call(np.int64(3), np.int64(2)), ref.call(np.int64(3), np.int64(2)))
+    assert s.compiled_run()["compile_seconds"], "the run fell back to the fused path: its compile failed"
 
 
 def test_a_negative_dimension_is_an_error_naming_the_node():

@@ -19,8 +19,11 @@ def _random(e):
     k0, k1 = philox.key_of(at.get("seed", 0), e.node.name)
     a, b = float(at.get("a", 0.0)), float(at.get("b", 1.0))
     shape, ctr, h, flat = e.args[0], e.tmp(), e.tmp(), e.tmp()
-    e.stmt("{} = np.array([{}], np.int64)", ctr,
-           E.join("", [E.fmt("{}, {}, ", E.lit(f), E.ident("it", f)) for f in e.gen.frame_chain]))
+    if e.gen.frame_chain:
+        e.stmt("{} = np.array([{}], np.int64)", ctr,
+               E.join("", [E.fmt("{}, {}, ", E.lit(f), E.ident("it", f)) for f in e.gen.frame_chain]))
+    else:       # a draw at the root of a compiled run: numba cannot type an empty list literal
+        e.stmt("{} = np.zeros(0, np.int64)", ctr)
     e.stmt("{} = H.philox_tag(R, {})", h, ctr)
     e.stmt("{} = np.empty(H.philox_size({}), {})", flat, shape, scalar_type(t.dtype))
     common = [flat, E.fmt("np.uint64({})", E.lit(k0)), E.fmt("np.uint64({})", E.lit(k1)), E.fmt("{}[0]", h),
