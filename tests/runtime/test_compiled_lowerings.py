@@ -600,3 +600,17 @@ def test_batched_matmul_calls_numpys_loop_as_numpy_does():
                     want = np.matmul(x, y if sb[0] != 1 else y[0])
                     got = npcall.matmul_batched(lp, 0, a, b, ta, tb).reshape(want.shape)
                     _same(got, want, (dt, sa, sb, ta, tb))
+
+
+def test_broadcast_to_a_higher_rank_compiles():
+    """x of rank 1 broadcast to rank 2 inside a loop (MAML's meta-gradient does this): numba could not type
+    H.broadcast when x kept its own rank (one branch returned x, the other a rank-2 array), so the whole
+    compile failed and the loop stayed fused."""
+    def f(x, n):
+        def body(i, acc):
+            return i + 1, acc + dfc.broadcast_to(x * 2.0, [2, 3])
+        return dfc.while_loop(lambda i, acc: i < n, body, (0, dfc.zeros([2, 3], "float64")))[1]
+    g = dfc.trace(f, dfc.TensorSpec([3], "float64"), dfc.TensorSpec([], "int64"))
+    x = np.array([1.0, 2.0, 3.0])
+    got = _runs_compiled(g, (x, np.int64(4)), 1)
+    np.testing.assert_array_equal(got, np.broadcast_to(x * 8.0, (2, 3)))

@@ -357,6 +357,10 @@ def _broadcast_to(e):
         return [x]
     if t.ndim == 0:
         return [E.fmt("np.full({}, {}, {})", _dims(s, out.ndim), x, st(out.dtype))]
+    if t.ndim < out.ndim:       # leading 1s first: H.broadcast returns x itself when no copy is needed
+        x = e.tmp_of(x)
+        x = E.fmt("H.reshape({}, ({}))", x, E.items([E.lit(1)] * (out.ndim - t.ndim)
+                                                   + [E.fmt("{}.shape[{}]", x, E.lit(j)) for j in range(t.ndim)]))
     return [E.fmt("H.broadcast({}, {})", x, _dims(s, out.ndim))]
 
 
