@@ -614,3 +614,23 @@ def test_broadcast_to_a_higher_rank_compiles():
     x = np.array([1.0, 2.0, 3.0])
     got = _runs_compiled(g, (x, np.int64(4)), 1)
     np.testing.assert_array_equal(got, np.broadcast_to(x * 8.0, (2, 3)))
+
+
+def test_a_lowering_bug_leaves_the_frame_fused_and_named_not_a_raw_error(monkeypatch):
+    """An EmitError (a lowering writing something the emitter does not make) reached users as a raw
+    exception from Session.call (seen in the research benchmarks); now the frame runs fused and
+    compiled_frames() names the node and the internal error."""
+    from dfc.runtime import emit as E
+    from dfc.runtime.kernels.lowering import LOWERINGS
+
+    def broken(e):
+        return [E.fmt("{}", 1)]         # a raw int: the emitter refuses it
+    monkeypatch.setitem(LOWERINGS, "Neg", broken)
+
+    def f(x, n):
+        return dfc.while_loop(lambda i, a: i < n, lambda i, a: (i + 1, -a * 0.5), (0, x))[1]
+    g = dfc.trace(f, dfc.TensorSpec([2], "float64"), dfc.TensorSpec([], "int64"))
+    s = _compiled(g)
+    np.testing.assert_array_equal(s.call(np.array([1.0, 2.0]), np.int64(3)), [-0.125, -0.25])
+    (info,) = s.compiled_frames().values()
+    assert info["status"] != "compiled" and "internal error compiling" in info["reason"], info["reason"]

@@ -487,6 +487,10 @@ class FrameSource:
         except Unsupported as err:
             node = self.plan.nodes[it[1]].name if it[0] == "node" else None
             raise Blocked(node, str(err)) from None
+        except E.EmitError as err:      # a bug in a lowering: the frame runs fused (correct) and says why
+            node = self.plan.nodes[it[1]] if it[0] == "node" else None
+            raise Blocked(node and node.name, f"internal error compiling {node.op if node else 'a group'} "
+                                              f"({err}); please report it") from None
 
     def _item_code(self, it, a, ind):
         p = self.plan
