@@ -176,7 +176,10 @@ def test_loops_with_draws_compile_natively():
     ref = dfc.Session(g, mode="reference")
     for _ in range(2):
         np.testing.assert_array_equal(s.call(np.int64(3), np.int64(2)), ref.call(np.int64(3), np.int64(2)))
-    assert s.compiled_run()["compile_seconds"], "the run fell back to the fused path: its compile failed"
+    from dfc.runtime import compiled
+    from dfc.runtime.compiled import cache
+    key = cache.module_key(src)         # compiled (or loaded) in this process, here or by run_all_modes above
+    assert any(st["key"] == key for st in compiled.stats()), "the run's compile failed: it ran fused"
 
 
 def test_a_negative_dimension_is_an_error_naming_the_node():
