@@ -108,10 +108,10 @@ def fed(v):
 
 
 def on_host(v):
-    """A host copy of a fed device value (a Sent or a device array); other values as they are."""
+    """A host copy of a device value (a Sent, received or fed, or a device array); other values as they are."""
     if isinstance(v, Sent):
         if v.event is not None:
-            v.event.synchronize()
+            v.event.synchronize()     # the host reads it: wait for the work that made it
         v = v.value
     return v.get() if is_device_array(v) else v
 
@@ -319,13 +319,8 @@ class Device:
             raise DfcGraphError(f"no kernel for op {node.op!r} on device {self.name}", node=node.name)
 
     def to_device(self, v):
-        """A value received from another device (a Recv), as this device's array type."""
-        if isinstance(v, Sent):
-            v, event = v.value, v.event
-            if event is not None:
-                event.synchronize()     # the host reads it: wait for the kernel that made it
-            return v.get()
-        return v.get() if is_device_array(v) else v
+        """A value received from another device (a Recv) or fed, as this device's array type: on the host."""
+        return on_host(v)
 
     def outgoing(self, v):
         """What a Send of v puts in the rendezvous (gpu: v with an event recorded after its producer)."""

@@ -252,15 +252,13 @@ class Session:
                 feeds = {k: dev.to_device(v) for k, v in feeds.items()}
                 with dev.run_context():
                     return Run(plan, feeds, self._context(dev), None).execute()
-            feeds = {k: devices.on_host(v) for k, v in feeds.items()}
             return Run(plan, feeds, self._context(dev), self._get_pool()).execute()
         from dfc.runtime.rendezvous import Rendezvous, Coordinator
         rv, coord = Rendezvous(), Coordinator(list(plan.plans))
         runs = {}
         for d, p in plan.plans.items():
             dev = p.device
-            mine = {k: (dev.to_device(v) if dev.device_arrays else devices.on_host(v)) for k, v in feeds.items()
-                    if k in plan.feeds_of[d]}
+            mine = {k: dev.to_device(v) for k, v in feeds.items() if k in plan.feeds_of[d]}
             pool = None if dev.device_arrays else self._get_pool()   # GPU kernels are queued on its stream
             runs[d] = Run(p, mine, self._context(dev), pool, Transport(d, rv, coord))
         return PartitionedRun(runs, plan.fetch_order).execute()
@@ -379,12 +377,12 @@ class Session:
     def _run(self, fetches, feeds, targets):
         """run() with feeds checked and converted already: node name -> value."""
         flat = [f if ":" in f else f + ":0" for f in nest.flatten(fetches)]
-        if any(devices.is_device_array(v) for v in feeds.values()):
-            # cupy arrays the caller made: each waits for the work on the caller's current stream
+        fed = any(devices.is_device_array(v) for v in feeds.values())
+        if fed:     # cupy arrays the caller made: each waits for the work on the caller's current stream
             feeds = {k: devices.fed(v) if devices.is_device_array(v) else v for k, v in feeds.items()}
-            if self.mode == "reference" or getattr(self.plan(flat, feeds.keys(), tuple(targets)), "remote", None):
-                feeds = {k: devices.on_host(v) for k, v in feeds.items()}
         if self.mode == "reference":
+            if fed:
+                feeds = {k: devices.on_host(v) for k, v in feeds.items()}
             with self._lock:
                 self.run_count += 1
                 with self._observed():
@@ -392,6 +390,8 @@ class Session:
             check_fetches(self.graph, flat, values)
             return nest.pack_sequence_as(fetches, [_to_numpy(v) for v in values])
         plan = self.plan(flat, feeds.keys(), tuple(targets))
+        if fed and not _takes_device_arrays(plan):      # the host runs it (a partition's device copies itself)
+            feeds = {k: devices.on_host(v) for k, v in feeds.items()}
         if getattr(plan, "remote", None):       # a cluster step: steps may be in flight together
             from dfc.runtime.cluster.step import ClusterStep
             with self._lock:
@@ -508,6 +508,14 @@ def _to_numpy(v):
     if hasattr(v, "get") and hasattr(v, "__cuda_array_interface__"):
         return v.get()
     return np.asarray(v)
+
+
+def _takes_device_arrays(plan):
+    """Whether a plan's own devices take fed device arrays: a GPU plan, or partitions (each device's
+    to_device copies to the host or onto itself); not a host plan nor a cluster step."""
+    if isinstance(plan, Plan):
+        return plan.device is not None and plan.device.device_arrays
+    return not getattr(plan, "remote", None)
 
 
 def convert_input(value, dtype, shape, name, what="input"):
