@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 
 import dfc  # noqa: E402
 from benchmarks import lstm as dfc_lstm  # noqa: E402
+from benchmarks.harness import _flat  # noqa: E402
 from benchmarks.lstm_problem import make_inputs, numpy_loss_and_grads, max_rel_error  # noqa: E402
 
 LSTM_SIZES = [(512, 64), (512, 256), (1024, 64), (1024, 256)]
@@ -285,12 +286,6 @@ def bench_smallops(device, reps):
         rows[name] = row
         print(name, {k: (v["median_ms"] if isinstance(v, dict) else v) for k, v in row.items()}, flush=True)
     return {"device": device, "rows": rows, "reps": reps}
-
-
-def _flat(x):
-    if isinstance(x, (list, tuple)):
-        return [y for v in x for y in _flat(v)]
-    return [x]
 
 
 # ---------------------------------------------------------------- the XLA prototype on the same programs

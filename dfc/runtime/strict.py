@@ -101,6 +101,7 @@ class Stream:
         self.non_blocking = bool(non_blocking) and not null
         self.seq = self.completed = 0
         self.waited = {}          # stream -> the last of its positions this stream is ordered after
+        self.reuse_hazards = []   # (stream, position): reads pending on blocks freed back to this stream's pool
         _streams[self.device].add(self)
 
     def __hash__(self):
@@ -224,13 +225,21 @@ def _release(dev, n, alloc, reads):
     _pool._free(dev, n)
     pending = [(t, pos) for t, pos in reads.items() if _unsafe(alloc, t, pos)]
     if pending:
-        alloc.reuse_hazards = getattr(alloc, "reuse_hazards", []) + pending
+        alloc.reuse_hazards += pending
+
+
+def _allocate(arr, stream, born):
+    """arr's block, from `stream`'s pool: refused if it may be a block another stream may still read; arr's
+    reads by other streams are recorded, and checked when it is freed. `born`: the allocating stream's work
+    before it (other streams write into arr only after that)."""
+    _check_reuse(stream)
+    arr._pool_stream, arr._born, arr._reads = stream, born, {}
+    weakref.finalize(arr, _release, arr._dev, _pool._malloc(arr._dev, arr._a.nbytes), stream, arr._reads)
 
 
 def _check_reuse(stream):
-    hazards = getattr(stream, "reuse_hazards", None)
-    if hazards:
-        stream.reuse_hazards = []
+    if stream.reuse_hazards:
+        hazards, stream.reuse_hazards = stream.reuse_hazards, []
         bad = [(t, pos) for t, pos in hazards if _unsafe(stream, t, pos)]
         if bad:
             t, pos = bad[0]
@@ -336,12 +345,8 @@ class StrictArray:
         if owner is not None:       # a view: no work queued, ready when its owner's last writer is
             self._stream, self._seq = owner._stream, owner._seq
         else:
-            _check_reuse(stream)
-            self._born = stream.seq          # the allocating stream's work so far: other streams write after it
+            _allocate(self, stream, stream.seq)
             self._stream, self._seq = stream, stream.launch()
-            self._pool_stream, self._reads = stream, {}
-            n = _pool._malloc(dev, a.nbytes)
-            weakref.finalize(self, _release, dev, n, stream, self._reads)
 
     def __array__(self, *args, **kwargs):
         raise TypeError(_IMPLICIT)
@@ -718,8 +723,7 @@ class Fused:
             data = np.array(np.broadcast_to(o.a, full), copy=True)
             arr = StrictArray.__new__(StrictArray)      # all outputs of the one launch
             arr._a, arr._dev, arr._owner, arr._stream, arr._seq = data, dev, None, s, seq
-            arr._pool_stream, arr._born, arr._reads = s, seq - 1, {}
-            weakref.finalize(arr, _release, dev, _pool._malloc(dev, data.nbytes), s, arr._reads)
+            _allocate(arr, s, seq - 1)
             res.append(arr)
         with _lock:
             fuse_stats["kernels"] += 1

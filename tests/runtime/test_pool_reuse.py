@@ -17,7 +17,9 @@ def _streams():
         return xp.cuda.Stream(non_blocking=True), xp.cuda.Stream(non_blocking=True)
 
 
-def test_a_block_freed_while_another_stream_may_read_it_is_not_reused_silently():
+def _freed_while_compute_reads():
+    """(copy, compute, b): an array made on the copy stream, read by a kernel queued on compute (b), then
+    freed, so its block is back in the copy stream's pool while that kernel may not have run."""
     copy, compute = _streams()
     with xp.cuda.Device(0):
         with copy:
@@ -25,23 +27,20 @@ def test_a_block_freed_while_another_stream_may_read_it_is_not_reused_silently()
         compute.wait_event(copy.record())
         with compute:
             b = a * 2.0               # queued on compute: reads a's block
-        del a
-        gc.collect()                  # a's block goes back to the copy stream's pool
-        with copy, pytest.raises(strict.StreamOrderError, match="freed while another stream"):
-            xp.asarray(np.zeros(4))   # the next copy may get that block before compute read it
-    del b
+    del a
+    gc.collect()
+    return copy, compute, b
+
+
+def test_a_block_freed_while_another_stream_may_read_it_is_not_reused_silently():
+    copy, compute, b = _freed_while_compute_reads()
+    with xp.cuda.Device(0), copy, pytest.raises(strict.StreamOrderError, match="freed while another stream"):
+        xp.asarray(np.zeros(4))       # the next copy may get that block before compute read it
 
 
 def test_the_same_order_is_safe_once_the_allocating_stream_waits_for_the_reader():
-    copy, compute = _streams()
+    copy, compute, b = _freed_while_compute_reads()
     with xp.cuda.Device(0):
-        with copy:
-            a = xp.asarray(np.arange(4.0))
-        compute.wait_event(copy.record())
-        with compute:
-            b = a * 2.0
-        del a
-        gc.collect()
         copy.wait_event(compute.record())
         with copy:
             xp.asarray(np.zeros(4))
