@@ -120,6 +120,7 @@ class Builder:
         self.effect_count = 0
         self.conds = {}           # Merge node name -> CondState of the cond it is an output of
         self.loops = {}           # frame name -> WhileContext (forward and gradient loops)
+        self.lifted = {}          # Merge lifting a cond-branch value for a gradient stack -> that value's ref
         self.loop_site = LoopSite()   # the while_loop whose body is being traced (root: top level)
         self.variables = {}
         self.tensors = {}         # node name -> its output Tensors (with their contexts); read by autodiff

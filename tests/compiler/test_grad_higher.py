@@ -1,4 +1,4 @@
-"""Gradients of gradients for programs without loops (conds included); loops give a clear error."""
+"""Gradients of gradients for programs without loops (conds included); loops: test_grad_higher_loops.py."""
 import numpy as np
 import pytest
 
@@ -35,12 +35,3 @@ def test_third_derivative():
         return dfc.gradients(dfc.gradients(dfc.exp(x) * x, x), x)
     _, (g3,) = check(f, np.float64(0.5))
     np.testing.assert_allclose(g3, np.exp(0.5) * 3.5, rtol=1e-10)
-
-
-def test_gradient_of_loop_gradient_is_a_clear_error():
-    def f(x):
-        y = dfc.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s * x), (0, x))[1]
-        g = dfc.gradients(y, x)
-        return dfc.gradients(g, x)
-    with pytest.raises(dfc.DfcError, match="through while loops"):
-        dfc.trace(f, dfc.TensorSpec([], "float64"))

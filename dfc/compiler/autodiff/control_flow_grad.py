@@ -102,7 +102,7 @@ def loop_grad(gs, L, grads):
     var_ids = [k for k, m in enumerate(L.merges) if m.node in gs.between]
     caps = [e for e in L.constant_enters if e.node in gs.between]
     exit_grads = [gs.sum(grads, _ref(L.exits[k])) for k in var_ids]
-    if all(g is None for g in exit_grads):
+    if all(g is None for g in exit_grads) and not gs.pushes_in(L):
         return
     state = LoopGradState(gs, L)
     cap_srcs = [gs.tensor(nodes[e.node].data_inputs[0]) for e in caps]
@@ -121,6 +121,9 @@ def loop_grad(gs, L, grads):
     state.grad_loop = GL
     for init, tt in zip(inits, types):
         GL.loop.enter(convert(init, tt.dtype), tt)
+    for done in gs.stacks.waits(G):      # pops of gradient stacks wait until they are all pushed
+        gs.graph.add_control_input(GL.enters[0].node, done)
+    pushed_before = gs.stacks.pushed
     GL.pivot = GL.merges[0]
     b.ctx = GL
     try:
@@ -134,6 +137,7 @@ def loop_grad(gs, L, grads):
         for name in deferred:
             gs.deferred.pop(name, None)
     GL.loop.exit_all()
+    gs.stacks.finished(G, pushed_before, GL.exits[0].node)
     b.loops[GL.frame_name] = GL
     for j, k in enumerate(var_ids):
         ref = parse_input(nodes[L.enters[k].node].data_inputs[0])

@@ -25,6 +25,8 @@ from dfc.compiler.tracing import Tensor, convert, current_builder, user_location
 from dfc.compiler.control_flow import CondBranch, WhileContext
 from dfc.compiler import ops_api
 from dfc.compiler.autodiff.op_grads import GRADS, NOT_DIFFERENTIABLE
+from dfc.compiler.autodiff import stack_grad
+from dfc.compiler.autodiff.stack_grad import StackLinks
 from dfc.traceback_filter import api_boundary
 
 _PASS_THROUGH = ("Enter", "Switch", "Identity")
@@ -85,6 +87,15 @@ class GradState:
             if all(e.node in nodes for e in L.exits):
                 for e in L.exits:
                     self.loop_of_exit[e.node] = L
+        # Exits added to a loop after it was built (a first gradient's trip counter) belong to it too:
+        # its gradient loop reads the trip count, so a second gradient must visit the two in order.
+        frames = {L.frame_name: L for L in self.loop_of_exit.values()}
+        for n in nodes.values():
+            if n.op == "Exit" and n.name not in self.loop_of_exit:
+                src = self.b.tensors.get(parse_input(n.data_inputs[0])[0])
+                L = frames.get(getattr(src[0].ctx, "frame_name", None)) if src else None
+                if L is not None and src[0].ctx is L:
+                    self.loop_of_exit[n.name] = L
         self.cond_of_merge, self.cond_of_switch = {}, {}
         for m, S in b.conds.items():
             if m in nodes and S.branches:
@@ -96,8 +107,11 @@ class GradState:
         self.shape_cache = {}    # forward ref -> forward Shape tensor
         self.grad_tas = {}       # TensorArray node name -> (grad handle, grad flow)
         self.between = set()
+        self.stack_ops = {"StackPush": [], "StackPop": []}
         self.units = {}          # forward ctx -> {unit key: (input refs, output refs)}
         self.deferred = {}       # forward MatMul -> loop_matmul.Deferred, while its gradient loop is built
+        self.stacks = stack_grad.GradStacks()   # gradients of a first gradient's stacks
+        self.links = None        # StackLinks of the graph (compute_between)
         self.concat_parts = {}   # gradient ref -> (piece sizes, piece gradients): a matmul's input gradient
         #                          made piece by piece for the Concat its input is (op_grads._matmul_grad)
 
@@ -131,6 +145,21 @@ class GradState:
         if not outs:
             return None
         return outs[0].ctx, name
+
+    def stacked_inputs(self, u):
+        """The values pushed on the stacks that unit u pops: u's gradient must be built before theirs."""
+        if isinstance(u, str):
+            inside = lambda name: name == u
+        elif u[0] == "loop":
+            inside = lambda name: self.inside(name, u[1])
+        else:
+            inside = lambda name: any(self.inside(name, B) for B in u[1].branches.values())
+        return [self._unit_io(p)[0][1] for pop in self.stack_ops["StackPop"] if inside(pop)
+                for p in self.links.pushes_feeding(pop) if p in self.between]
+
+    def pushes_in(self, L):
+        """Whether loop L holds a between StackPush (a value a first gradient pops)."""
+        return any(self.inside(p, L) for p in self.stack_ops["StackPush"])
 
     def unit_in(self, name, C):
         """The unit of context C that contains node `name`, or None."""
@@ -166,8 +195,8 @@ class GradState:
         for n in graph.nodes.values():
             for k, ref in enumerate(n.data_inputs):
                 cons.setdefault(norm_ref(ref), []).append(n.name)
+        links = self.links = StackLinks(graph)
         fwd, seen, stack = set(), set(), list(x_refs)
-        pushed = set()
         while stack:
             r = stack.pop()
             if r in seen:
@@ -177,14 +206,17 @@ class GradState:
                 continue
             for c in cons.get(r, ()):
                 op = graph.nodes[c].op
-                if op == "StackPush":
-                    pushed.add(_source(graph, graph.nodes[c].data_inputs[0]))
+                if op == "StackPush" and norm_ref(graph.nodes[c].data_inputs[1]) == r:
+                    fwd.add(c)       # a saved value reaches its pops (a first gradient's stacks)
+                    fwd.update(links.pops_fed_by(c))
+                    stack.extend(f"{p}:0" for p in links.pops_fed_by(c))
+                    continue
                 if op in NOT_DIFFERENTIABLE or c in fwd:
                     continue
                 fwd.add(c)
                 for p, t in enumerate(self.b.tensors.get(c, ())):
                     stack.append(f"{c}:{p}")
-        bwd, stack, popped = set(), [parse_input(r)[0] for r in y_refs], set()
+        bwd, stack = set(), [parse_input(r)[0] for r in y_refs]
         while stack:
             name = stack.pop()
             if name in bwd:
@@ -192,16 +224,20 @@ class GradState:
             bwd.add(name)
             n = graph.nodes[name]
             if n.op == "StackPop":
-                popped.add(_source(graph, n.data_inputs[0]))
-            if n.op in NOT_DIFFERENTIABLE and n.op != "StackPop":
+                for p in links.pushes_feeding(name):
+                    bwd.add(p)
+                    stack.append(parse_input(graph.nodes[p].data_inputs[1])[0])
+                continue
+            if n.op in NOT_DIFFERENTIABLE:
                 continue
             for ref in n.data_inputs:
                 if differentiable_dtype(self.dtype_of(ref)):
                     stack.append(parse_input(ref)[0])
-        if pushed & popped:
-            raise DfcError("gradients of gradients through while loops are not supported (the first gradient "
-                           "pops saved forward values from stacks)", loc=user_location())
         self.between = fwd & bwd
+        self.stack_ops = {"StackPush": [], "StackPop": []}     # the between ones, in graph order
+        for name in graph.nodes:
+            if name in self.between and graph.nodes[name].op in self.stack_ops:
+                self.stack_ops[graph.nodes[name].op].append(name)
         for name in graph.nodes:          # graph order keeps the built graph deterministic
             if name not in self.between:
                 continue
@@ -215,9 +251,12 @@ class GradState:
                     break
                 units[key] = self._unit_io(key)
                 # A cond whose outputs are not between can still hold between nodes (a gradient
-                # branch reading its values directly): its outer context must visit it too.
+                # branch reading its values directly), and a loop whose outputs are not between can
+                # still push values a first gradient pops: the outer context must visit it too.
                 if isinstance(ctx, CondBranch):
                     ctx, key = ctx.state.outer, ("cond", ctx.state)
+                elif isinstance(ctx, WhileContext) and ctx is not self.c0:
+                    ctx, key = ctx.outer, ("loop", ctx)
                 else:
                     break
 
@@ -225,7 +264,12 @@ class GradState:
         nodes = self.graph.nodes
         if isinstance(key, str):
             n = nodes[key]
-            return [norm_ref(r) for r in n.data_inputs], [t.ref for t in self.b.tensors[key]]
+            ins = [norm_ref(r) for r in n.data_inputs]
+            if n.op == "StackPush":
+                # a value lifted out of a cond branch to be saved: its gradient goes to the branch value
+                while parse_input(ins[1])[0] in self.b.lifted:
+                    ins[1] = self.b.lifted[parse_input(ins[1])[0]]
+            return ins, [t.ref for t in self.b.tensors[key]]
         kind, c = key
         if kind == "loop":
             ins = [norm_ref(nodes[e.node].data_inputs[0]) for e in c.enters + c.constant_enters
@@ -270,7 +314,7 @@ class GradState:
         producers = {}
         for u, (ins, _) in units.items():
             ps = {}
-            for r in ins:
+            for r in ins + self.stacked_inputs(u):
                 p = self.unit_in(parse_input(r)[0], C)
                 if p is not None and p in units and p != u:
                     ps[p] = True
@@ -298,9 +342,16 @@ class GradState:
             return
         ins, outs = io
         out_grads = [self.sum(grads, r) for r in outs]
+        node = self.graph.nodes[key]
+        if node.op in ("StackPush", "StackPop"):
+            in_grads = (stack_grad.push_grad(self, OpView(self, node)) if node.op == "StackPush" else
+                        stack_grad.pop_grad(self, OpView(self, node), out_grads[0]))
+            for r, g in zip(ins, in_grads):
+                if g is not None:
+                    grads.setdefault(r, []).append(g)
+            return
         if all(g is None for g in out_grads):
             return
-        node = self.graph.nodes[key]
         if node.op in NOT_DIFFERENTIABLE:
             return
         rule = GRADS.get(node.op)
@@ -442,7 +493,9 @@ class GradState:
             other = S.branches[1 - B.branch]
             dummy = b.make1("Const", (), {"value": np.zeros((), t.dtype)}, ctx=other,
                             name=b.unique(f"{S.name}_dummy"))
+            live = t.ref
             t = b.make("Merge", (dummy, t), ctx=S.outer, raw=True, name=b.unique(f"{S.name}_lift"))[0]
+            b.lifted[t.node] = live
         return t
 
     def grad_ta(self, handle, dtype, element_shape):
@@ -531,7 +584,8 @@ def gradients(ys, xs, grad_ys=None, unconnected_gradients="none"):
     dfc.cond, dfc.while_loop (at any nesting; data-dependent trip counts), TensorArrays and
     scan/map_fn/foldl. Returns a list like xs (a single value if xs is one value); an x that ys do
     not depend on gets None, or zeros with unconnected_gradients="zero". dfc.stop_gradient blocks.
-    Differs from TF: gradients of gradients are supported only for programs without loops.
+    Gradients of gradients work through all of these too (Hessian-vector products, gradient
+    penalties, second-order MAML through a tensor number of steps).
     """
     if unconnected_gradients not in ("none", "zero"):
         raise DfcError("unconnected_gradients must be 'none' or 'zero'", loc=user_location())
