@@ -145,3 +145,73 @@ def test_swapped_stacks():
                            swap_memory=True)[1]
         return dfc.gradients(s, x)
     check(f, np.float64(0.8), np.int32(4), wrt=[0])
+
+
+def test_lstm_hessian_vector_product_against_jax():
+    """The LSTM training step's loss (concat + matmul by a loop-invariant weight, split, gates): H·v for
+    the weights, through the first gradient's deferred weight-gradient matmul."""
+    def lstm_loss(x, W, b, H):
+        def body(t, h, c, acc):
+            z = dfc.matmul(dfc.concat([x[t], h], 1), W) + b
+            zi, zf, zo, zg = dfc.split(z, 4, axis=1)
+            c = dfc.sigmoid(zf) * c + dfc.sigmoid(zi) * dfc.tanh(zg)
+            h = dfc.sigmoid(zo) * dfc.tanh(c)
+            return t + 1, h, c, acc + dfc.reduce_sum(h)
+        h = dfc.zeros([B, H], "float64")
+        _, h, c, acc = dfc.while_loop(lambda t, h, c, acc: t < T, body, (0, h, h, dfc.constant(0.0, "float64")))
+        return acc + dfc.reduce_sum(h * h)
+    rng = np.random.default_rng(3)
+    H, B, T = 3, 2, 4
+    x, W, b = rng.normal(size=(T, B, H)), rng.normal(size=(2 * H, 4 * H)) * 0.5, rng.normal(size=4 * H) * 0.1
+    vW = rng.normal(size=W.shape)
+
+    def hvp(x, W, b):
+        return dfc.reduce_sum(dfc.gradients(lstm_loss(x, W, b, H), W) * vW)
+    _, (got,) = check(hvp, x, W, b, wrt=[1])
+
+    def jloss(W):
+        h = c = jnp.zeros((B, H))
+        acc = 0.0
+        for t in range(T):
+            z = jnp.concatenate([x[t], h], 1) @ W + b
+            zi, zf, zo, zg = jnp.split(z, 4, axis=1)
+            c = jax.nn.sigmoid(zf) * c + jax.nn.sigmoid(zi) * jnp.tanh(zg)
+            h = jax.nn.sigmoid(zo) * jnp.tanh(c)
+            acc = acc + jnp.sum(h)
+        return acc + jnp.sum(h * h)
+    np.testing.assert_allclose(got, jax.jvp(jax.grad(jloss), (W,), (vW,))[1], rtol=1e-9, atol=1e-12)
+
+
+def test_tensor_array_written_in_a_loop():
+    def f(x, n):
+        ta = dfc.TensorArray("float64", size=0, dynamic_size=True)
+
+        def body(i, s, ta):
+            s = dfc.tanh(s * x + 0.3)
+            return i + 1, s, ta.write(i, s * s)
+        _, s, ta = dfc.while_loop(lambda i, s, ta: i < n, body, (0, x, ta))
+        return dfc.gradients(dfc.reduce_sum(ta.stack() * dfc.constant([1.0, 2.0, 3.0])), x)
+    check(f, np.float64(0.5), np.int32(3), wrt=[0])
+
+
+def test_hessian_vector_product_of_a_converted_function():
+    """The user's program: a dfc.function with a Python `while` on a tensor, its HVP as JAX would write it."""
+    @dfc.function
+    def hvp(x, v, n):
+        def loss(x):
+            s, i = x, 0
+            while i < n:
+                s = dfc.sin(s) * x + s * 0.5
+                i += 1
+            return dfc.reduce_sum(s * s)
+        g = dfc.gradients(loss(x), x)
+        return dfc.gradients(dfc.reduce_sum(g * v), x)
+    x, v = np.array([0.3, -0.8]), np.array([1.0, 0.5])
+    got = hvp(x, v, np.int32(4))
+
+    def jloss(x):
+        s = x
+        for _ in range(4):
+            s = jnp.sin(s) * x + s * 0.5
+        return jnp.sum(s * s)
+    np.testing.assert_allclose(got, jax.jvp(jax.grad(jloss), (x,), (v,))[1], rtol=1e-10)
