@@ -1,4 +1,4 @@
-"""dfc's benchmarks (`python -m benchmarks`; see README "Benchmarks").
+"""dfc's benchmarks (`python -m benchmarks`; see docs/benchmarks.md).
 
 Every Session here names its execution path. Sessions that do not (the cluster, device and swapping
 workloads) run fused: the default below keeps the library's compile_loops="auto" from compiling frames in

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything dfc runs on a lent GPU machine in one call (README "GPUs"): the GPU benchmarks, then the whole
+# Everything dfc runs on a lent GPU machine in one call (docs/gpu.md, docs/benchmarks.md): the GPU benchmarks, then the whole
 # test suite with every program on gpu:0. Run from the repository root:
 #     bash benchmarks/gpu_session.sh [parts...]      (default: env tests lstm swap timeline fma smallops xla)
 # Wheels dfc needs beyond the machine's image (gast, grandalf, tensorboardX) are installed from .whl/ if

@@ -47,7 +47,7 @@ def blas_kernels():
     """Which kernels numpy's OpenBLAS runs ("SkylakeX", "Haswell", ...: threadpoolctl reads it from the
     loaded library) and the variables that chose them. Some of this project's machines pin older OpenBLAS
     builds to Haswell in their environment (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE); a current numpy picks its
-    AVX-512 kernels when both are unset for the benchmark command (README, Benchmarks)."""
+    AVX-512 kernels when both are unset for the benchmark command (docs/benchmarks.md)."""
     try:
         from threadpoolctl import threadpool_info
         core = next((lib.get("architecture") for lib in threadpool_info() if lib.get("internal_api") == "openblas"),

@@ -1,6 +1,6 @@
 """Research programs written the way a user writes them with @dfc.function, each with numpy, JAX and
-PyTorch versions computing the same thing; `python -m benchmarks.research` times them all (README,
-Benchmarks). One module per program; each has `cases(size)` -> [Case]."""
+PyTorch versions computing the same thing; `python -m benchmarks.research` times them all (docs/benchmarks.md,
+"Research programs"). One module per program; each has `cases(size)` -> [Case]."""
 import importlib
 
 MODULES = ("existing", "particle_filter", "seq2seq", "maml", "reinforce", "tree_lstm")

@@ -59,8 +59,8 @@ def check_matches_python(fn, arg_sets):
         check_eager_matches(converted, args, actual, before, exact_dtypes=fn.__name__ not in EAGER_DTYPES_DIFFER)
 
 
-# Cases whose eager results differ from the graph's in dtype only, for a documented reason (README,
-# "Debugging: eager mode"): eagerly `for i in range(n)` gives Python ints, which numpy types as int64
+# Cases whose eager results differ from the graph's in dtype only, for a documented reason (docs/eager.md,
+# "Where eager differs from the graph"): eagerly `for i in range(n)` gives Python ints, which numpy types as int64
 # (float64 once a Python float meets them), where the graph's counter is a weakly typed tensor of n's
 # dtype; and a loop that runs zero times leaves `s = 0` a Python int, where the graph gives it the
 # dtype the loop body would. Their values and shapes are still checked, and

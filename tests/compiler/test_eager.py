@@ -430,7 +430,7 @@ def list_over_dfc_range(n):
 @pytest.mark.parametrize("fn,args", [(squares_over_dfc_range, (i32(2), i32(9))),
                                      (list_over_dfc_range, (i32(3),))])
 def test_dfc_range_gives_the_graphs_dtypes_eagerly(fn, args):
-    """The README's advice for the range(tensor) exception: dfc.range iterates numpy values of the
+    """The advice of docs/eager.md for the range(tensor) exception: dfc.range iterates numpy values of the
     graph's dtype, so eager and graph agree exactly."""
     converted = dfc.function(fn)
     graph, inputs = converted.concrete(*args)
