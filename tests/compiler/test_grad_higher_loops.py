@@ -215,3 +215,46 @@ def test_hessian_vector_product_of_a_converted_function():
             s = jnp.sin(s) * x + s * 0.5
         return jnp.sum(s * s)
     np.testing.assert_allclose(got, jax.jvp(jax.grad(jloss), (x,), (v,))[1], rtol=1e-10)
+
+
+def test_maml_whose_inner_loss_has_a_loop():
+    """The first gradient's loop and its gradient loop both sit in the body of the outer loop that the
+    second gradient differentiates: their gradients are built in one iteration of its gradient loop."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(3, 2))
+
+    def inner_loss(w, k):
+        def body(j, h):
+            return j + 1, dfc.tanh(h * w + dfc.constant(X)[j])
+        h = dfc.while_loop(lambda j, h: j < k, body, (0, dfc.zeros([2], "float64")))[1]
+        return dfc.reduce_sum(h * h)
+
+    def meta(w, steps, k):
+        def body(i, u):
+            return i + 1, u - 0.2 * dfc.gradients(inner_loss(u, k), u)
+        u = dfc.while_loop(lambda i, u: i < steps, body, (0, w))[1]
+        return inner_loss(u, k)
+    w0 = rng.normal(size=2)
+    _, (got,) = check(meta, w0, np.int32(2), np.int32(3), wrt=[0])
+
+    def jinner(w):
+        h = jnp.zeros(2)
+        for j in range(3):
+            h = jnp.tanh(h * w + X[j])
+        return jnp.sum(h * h)
+
+    def jmeta(w):
+        u = w
+        for _ in range(2):
+            u = u - 0.2 * jax.grad(jinner)(u)
+        return jinner(u)
+    np.testing.assert_allclose(got, jax.grad(jmeta)(w0), rtol=1e-9)
+
+
+def test_hessian_of_a_variable_through_a_loop():
+    def f(x, n):
+        v = dfc.Variable(np.array([0.5, -0.3]))
+        s = dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, dfc.sin(s * v.read_value()) + x), (0, x))[1]
+        g = dfc.gradients(dfc.reduce_sum(s * s), v)
+        return dfc.gradients(dfc.reduce_sum(g * g), x)
+    check(f, np.array([0.2, 0.7]), np.int32(3), wrt=[0])
