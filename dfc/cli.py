@@ -148,8 +148,12 @@ _JSON_HELP = ('Print {"outputs": [...]}: outputs flattened depth-first, each a (
                    "joins a running one (needs dfc[cluster]).")
 @click.option("--tasks", "tasks", default=None, metavar="JOB=N,...",
               help="The cluster's tasks, e.g. worker=2,ps=1 (default: the tasks the graph's devices name).")
+@click.option("--place", "places", multiple=True, metavar="JOB|TASK=WHERE",
+              help="Where a job's or task's processes run on the Ray cluster: spread, node:ID, ip:ADDRESS, "
+                   "label:KEY=VALUE or resource:NAME, e.g. --place ps=label:zone=b --place worker=spread "
+                   "(repeatable; needs --cluster).")
 def run_cmd(graph_file, inputs, out_path, as_json, mode, device_map, checkpoint_dir, memory_limit, trace_path,
-            progress, cluster_address, tasks):
+            progress, cluster_address, tasks, places):
     """Run a graph saved by `dfc compile` (or dfc.save)."""
     import numpy as np
     from dfc.ir.serialize import load
@@ -160,7 +164,7 @@ def run_cmd(graph_file, inputs, out_path, as_json, mode, device_map, checkpoint_
         _check_output_path(out_path)
     g = load(graph_file)
     limits = {} if memory_limit is None else {"memory_limit": memory_limit}
-    cluster = _connect(cluster_address, tasks, g, dmap, checkpoint_dir)
+    cluster = _connect(cluster_address, tasks, g, dmap, checkpoint_dir, places)
     try:
         session = Session(g, mode=mode, device_map=dmap, checkpoint_dir=checkpoint_dir, trace=trace_path,
                           progress=progress, cluster=cluster, **limits)
@@ -177,12 +181,18 @@ def run_cmd(graph_file, inputs, out_path, as_json, mode, device_map, checkpoint_
             click.echo(f"output {k}: {np.array2string(v, threshold=50)}")
 
 
-def _connect(address, tasks, graph, dmap, ckpt):
-    """The cluster of --cluster/--tasks (None without --cluster)."""
+def _connect(address, tasks, graph, dmap, ckpt, places=()):
+    """The cluster of --cluster/--tasks/--place (None without --cluster)."""
     if address is None:
-        if tasks:
-            raise click.UsageError("--tasks needs --cluster local|ADDRESS")
+        if tasks or places:
+            raise click.UsageError(f"{'--tasks' if tasks else '--place'} needs --cluster local|ADDRESS")
         return None
+    placement = {}
+    for item in places:
+        key, eq, where = item.partition("=")
+        if not eq or not key.strip() or not where.strip():
+            raise click.UsageError(f"--place {item!r}: use JOB=WHERE or TASK=WHERE, e.g. ps=label:zone=b")
+        placement[key.strip()] = where.strip()
     from dfc.runtime import cluster
     from dfc.runtime.devices import split_task
     from dfc.runtime.partition import map_device
@@ -197,7 +207,7 @@ def _connect(address, tasks, graph, dmap, ckpt):
         tasks = named or {"worker": 1}
     import os
     return cluster.connect(None if address == "local" else address, tasks, checkpoint_dir=os.path.abspath(ckpt),
-                           log_to_driver=False)
+                           placement=placement or None, log_to_driver=False)
 
 
 def _parse_inputs(items):

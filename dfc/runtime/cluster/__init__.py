@@ -78,7 +78,9 @@ class Cluster:
     """A set of tasks (Ray actors). Use `connect`; `with cluster:` makes dfc.function calls run on it."""
 
     def __init__(self, tasks, address=None, num_threads=_DEFAULT_THREADS, gpus=None, checkpoint_dir=None,
-                 ray_init=None, liveness_timeout=None):
+                 ray_init=None, liveness_timeout=None, placement=None):
+        from dfc.runtime.cluster import placement as places
+        self.placement = places.parse(placement, list(tasks))     # before Ray starts: bad input fails fast
         ray = _ray()
         self.address = address
         self.liveness_timeout = parse_liveness_timeout(liveness_timeout)
@@ -130,6 +132,9 @@ class Cluster:
         opts = dict(max_concurrency=64, num_cpus=0, max_restarts=0, name=None)
         if self.gpus.get(job):
             opts["num_gpus"] = self.gpus[job]
+        if name in self.placement:
+            from dfc.runtime.cluster import placement
+            opts.update(placement.ray_options(name, self.placement[name], ray.nodes()))
         opts.pop("name")
         h = self._actor_class().options(**opts).remote(name, self.num_threads, self.checkpoint_dir,
                                                       self.liveness_timeout)
@@ -195,6 +200,12 @@ class Cluster:
     def pid(self, task):
         """The OS process id of a task's actor."""
         return self.ask(task, "ping")["pid"]
+
+    def where(self, task=None):
+        """The Ray node id a task runs on; without a task, {task: node id} of every task."""
+        if task is None:
+            return {t: self.where(t) for t in self.task_names}
+        return self.ask(task, "ping")["node"]
 
     def restart(self, task):
         """Replace a (dead or alive) task's actor with a fresh process. Its Variables start from their
@@ -273,19 +284,21 @@ class Cluster:
 
 
 def connect(address=None, tasks=None, num_threads=_DEFAULT_THREADS, gpus=None, checkpoint_dir=None,
-            liveness_timeout=None, **ray_init):
+            liveness_timeout=None, placement=None, **ray_init):
     """Start a private Ray on this machine (address=None or "local") or join a running Ray cluster
     ("auto", "host:6379", "ray://host:10001"), and start one actor per task.
 
     tasks: {"worker": 2, "ps": 1} (or "worker=2,ps=1") makes worker:0, worker:1 and ps:0; gpus:
-    {"worker": 1} asks Ray for a GPU per worker task. Without an address dfc never joins an existing
+    {"worker": 1} asks Ray for a GPU per worker task. placement: where tasks run, per job or task:
+    {"ps": "label:zone=b", "worker": "spread", "worker:1": "node:ID"} (also "ip:ADDRESS",
+    "resource:NAME"; see dfc.runtime.cluster.placement); `cluster.where()` says where each task runs. Without an address dfc never joins an existing
     cluster (not even one named by RAY_ADDRESS), and the Ray it starts ends with this process, however
     the process ends. liveness_timeout: seconds a task may give the chief no reply while a step or a call
     needs it before the step fails naming it (default 30, or $DFC_CLUSTER_LIVENESS_TIMEOUT); raise it for
     a task that is expected to be slow to answer (a machine swapping heavily, a slow network). If this
     process already called ray.init, dfc uses that Ray as it is."""
     return Cluster(parse_tasks(tasks or {"worker": 1}), address, num_threads, gpus, checkpoint_dir, ray_init,
-                   liveness_timeout)
+                   liveness_timeout, placement)
 
 
 def _why(e):

@@ -71,7 +71,8 @@ class Task:
 
     # ------------------------------------------------------------------ set-up
     def ping(self):
-        return {"task": self.name, "pid": os.getpid()}
+        import ray
+        return {"task": self.name, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
 
     def connect(self, peers):
         """peers: task name -> actor handle of every other task."""
