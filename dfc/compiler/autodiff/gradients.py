@@ -518,8 +518,10 @@ def _as_x(x):
         return x
     if hasattr(x, "_dfc_flatten"):
         return x._dfc_flatten()[0]
-    raise DfcTypeError(f"gradients() takes tensors or dfc.Variables as xs, not {type(x).__name__}",
-                       loc=user_location())
+    raise DfcTypeError(f"gradients() takes tensors or dfc.Variables as xs (or nested lists, tuples and dicts "
+                       f"of them), not {type(x).__name__}: a Python or numpy value is a constant of the graph; "
+                       f"pass it to the traced function as an argument, or make it a dfc.Variable, to "
+                       f"differentiate with respect to it", loc=user_location())
 
 
 @api_boundary
@@ -527,11 +529,15 @@ def gradients(ys, xs, grad_ys=None, unconnected_gradients="none"):
     """Symbolic gradients of sum(ys) with respect to each of xs, built into the current graph.
 
     Equivalent math: [sum_k d(sum(grad_ys[k] * ys[k])) / d x for x in xs]; grad_ys defaults to ones.
-    xs may be tensors or dfc.Variables (the gradient has the variable's shape). Works through
+    xs is one value or a nested structure (lists, tuples, namedtuples, dicts) whose leaves are
+    tensors or dfc.Variables (a variable's gradient has the variable's shape); the result has xs's
+    structure: one value for one x, a list for a list, a dict with the same keys for a dict.
+    ys and grad_ys may be nested structures too (their leaves are paired in order). Works through
     dfc.cond, dfc.while_loop (at any nesting; data-dependent trip counts), TensorArrays and
-    scan/map_fn/foldl. Returns a list like xs (a single value if xs is one value); an x that ys do
-    not depend on gets None, or zeros with unconnected_gradients="zero". dfc.stop_gradient blocks.
-    Differs from TF: gradients of gradients are supported only for programs without loops.
+    scan/map_fn/foldl. An x that ys do not depend on gets None, or zeros with
+    unconnected_gradients="zero". dfc.stop_gradient blocks.
+    Differs from TF: a tuple of xs gives a tuple (TF gives a list); gradients of gradients are
+    supported only for programs without loops.
     """
     if unconnected_gradients not in ("none", "zero"):
         raise DfcError("unconnected_gradients must be 'none' or 'zero'", loc=user_location())
@@ -542,8 +548,8 @@ def gradients(ys, xs, grad_ys=None, unconnected_gradients="none"):
                        "dfc.value_and_grad(fn)(*args), which traces fn to differentiate it (eagerly too)",
                        loc=user_location())
     c0 = b.ctx
-    single_x = not isinstance(xs, (list, tuple))
-    xs_list = [xs] if single_x else list(xs)
+    single_x = not nest.is_nested(xs)
+    xs_list = [xs] if single_x else nest.flatten(xs)
     ys_list = [convert(y) for y in nest.flatten(ys)]
     if grad_ys is None:
         gys = [None] * len(ys_list)
@@ -584,7 +590,7 @@ def gradients(ys, xs, grad_ys=None, unconnected_gradients="none"):
         if g is None and unconnected_gradients == "zero":
             g = gs.zeros_for(x)
         out.append(g)
-    return out[0] if single_x else out
+    return out[0] if single_x else nest.pack_sequence_as(xs, out)
 
 
 def _on_chain(ctx, g):
@@ -613,13 +619,7 @@ def value_and_grad(fn, argnums=0):
             return _run_eagerly(wrapped, cache, args, kwargs)
         from dfc.compiler.autograph.calls import converted_call
         value = converted_call(fn, args, kwargs)   # converted: `if`/`while` on tensors work in fn
-        targets = [args[i] for i in nums]
-        flat = [nest.flatten(t) for t in targets]
-        grads = gradients(value, [x for f in flat for x in f])
-        out, k = [], 0
-        for t, f in zip(targets, flat):
-            out.append(nest.pack_sequence_as(t, grads[k:k + len(f)]))
-            k += len(f)
+        out = gradients(value, [args[i] for i in nums])
         return value, (out[0] if isinstance(argnums, int) else tuple(out))
 
     wrapped.__name__ = f"value_and_grad_{getattr(fn, '__name__', 'fn')}"
