@@ -14,8 +14,8 @@ from dfc import nest
 from dfc.errors import DfcError, DfcTypeError
 from dfc.ir import dtypes as dt
 from dfc.compiler import ops_api
-from dfc.compiler.tracing import TensorSpec, convert, current_builder, user_location
-from dfc.compiler.autodiff.gradients import gradients
+from dfc.compiler.tracing import convert, current_builder, user_location
+from dfc.compiler.autodiff.gradients import trace_and_run, gradients
 from dfc.traceback_filter import api_boundary
 
 _HVP_GRAPHS = weakref.WeakKeyDictionary()     # f -> {signature: (graph, output structure)}
@@ -39,7 +39,7 @@ def hvp(f, x, v):
             cache = _HVP_GRAPHS.setdefault(f, {})
         except TypeError:                       # f cannot be weakly referenced: trace every call
             cache = {}
-        return _run_traced(cache, f"hvp_{getattr(f, '__name__', 'fn')}", lambda a, b: _hvp(f, a, b), (x, v))
+        return trace_and_run(cache, f"hvp_{getattr(f, '__name__', 'fn')}", lambda a, b: _hvp(f, a, b), (x, v))
     return _hvp(f, x, v)
 
 
@@ -62,7 +62,7 @@ def hessian(f, argnums=0):
     @api_boundary
     def h(*args):
         if current_builder(required=False) is None:
-            return _run_traced(cache, f"hessian_{getattr(f, '__name__', 'fn')}", h, args)
+            return trace_and_run(cache, f"hessian_{getattr(f, '__name__', 'fn')}", h, args)
         return _hessian(f, args, argnums)
 
     h.__name__ = f"hessian_{getattr(f, '__name__', 'fn')}"
@@ -144,28 +144,3 @@ def _hessian(f, args, argnums):
 
 def _known(shape):
     return shape is not None and None not in shape
-
-
-def _run_traced(cache, name, build, args):
-    """build(*args) traced with a TensorSpec for each numpy or Python number leaf of args (once per
-    signature), then run on those leaves; the result has the structure build returned."""
-    from dfc.compiler.autograph.core import trace     # a Python error in f: a DfcError at its line
-    leaves = nest.flatten(args)
-    is_value = [isinstance(a, (np.ndarray, np.generic, float, int)) and not isinstance(a, bool) for a in leaves]
-    specs = [TensorSpec.from_value(a) if k else a for a, k in zip(leaves, is_value)]
-    key = tuple(repr(s) for s in specs) + (repr(nest.map_structure(lambda _: 0, list(args))),)
-    hit = cache.get(key)
-    if hit is None:
-        structure = []
-
-        def flat_fn(*ts):
-            it = iter(ts)
-            out = build(*nest.pack_sequence_as(list(args), [next(it) if k else a
-                                                            for a, k in zip(leaves, is_value)]))
-            structure.append(out)
-            return nest.flatten(out)
-        graph = trace(flat_fn, [s for s, k in zip(specs, is_value) if k], {}, name)
-        hit = cache[key] = (graph, structure[0])
-    graph, structure = hit
-    values = graph(*[a for a, k in zip(leaves, is_value) if k])
-    return nest.pack_sequence_as(structure, list(values))
