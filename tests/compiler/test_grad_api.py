@@ -218,6 +218,19 @@ def test_hvp_and_hessian_inside_traced_code_on_every_path():
     np.testing.assert_allclose(hv, want @ v, rtol=1e-12)
 
 
+def test_hvp_with_a_variable_among_the_leaves():
+    w = dfc.Variable(np.array([1.0, 2.0]), name="api_hvp_w")
+
+    def traced(x, v):
+        return dfc.hvp(lambda p: dfc.reduce_sum(p["w"] ** 3.0 * p["x"]), {"w": w, "x": x}, {"w": v, "x": v})
+
+    x, v = np.array([1.0, -1.0]), np.array([1.0, 0.5])
+    got = dfc.trace(traced, S([None], "float64"), S([None], "float64"))(x, v)
+    w0 = np.array([1.0, 2.0])
+    np.testing.assert_allclose(got["w"], 6 * w0 * x * v + 3 * w0 ** 2 * v)    # H_ww v_w + H_wx v_x
+    np.testing.assert_allclose(got["x"], 3 * w0 ** 2 * v)                     # H_xw v_w
+
+
 def test_linear_and_constant_functions_have_zero_second_derivatives():
     x, v = np.array([1.0, 2.0]), np.array([3.0, 4.0])
     np.testing.assert_array_equal(dfc.hvp(lambda x: dfc.reduce_sum(x * 3.0), x, v), np.zeros(2))
@@ -261,9 +274,10 @@ def test_hvp_and_hessian_through_a_tensor_while_loop(jax64):
         return jnp.sum(s)
 
     x, v = np.array([0.3, 0.8]), np.array([1.0, -1.0])
-    n = np.int32(3)
-    np.testing.assert_allclose(dfc.hvp(lambda x: f(x, n), x, v), jax64.jvp(jax64.grad(fj), (x,), (v,))[1],
-                               rtol=1e-10)
+    n = np.int32(3)                                    # a graph input: the loop is a dfc.while_loop
+    g = dfc.trace(lambda x, v, n: dfc.hvp(lambda x: f(x, n), x, v), S([2], "float64"), S([2], "float64"),
+                  S([], "int32"))
+    np.testing.assert_allclose(g(x, v, n), jax64.jvp(jax64.grad(fj), (x,), (v,))[1], rtol=1e-10)
     np.testing.assert_allclose(dfc.hessian(f)(x, n), jax64.hessian(fj)(x), rtol=1e-10)
 
 

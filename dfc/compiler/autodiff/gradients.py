@@ -486,7 +486,8 @@ def _variable_init(graph, t):
     name = _source(graph, t.ref)
     n = graph.nodes[name]
     if n.op != "VarHandle":
-        raise DfcTypeError(f"cannot differentiate with respect to {t.ref}: it is a {n.op} handle, not a variable")
+        raise DfcTypeError(f"cannot differentiate with respect to {t.ref}: it is a {n.op} handle, not a variable; "
+                           f"differentiate with respect to the tensors it holds", loc=user_location())
     return graph.nodes[parse_input(n.data_inputs[0])[0]].attrs["value"]
 
 
