@@ -656,7 +656,7 @@ def trace_and_run(cache, name, build, args, kwargs=None):
             it = iter(ts)
             a, kw = nest.pack_sequence_as(everything, [next(it) if k else v for v, k in zip(leaves, is_value)])
             out = build(*a, **dict(zip(names, kw)))
-            structure.append(out)
+            structure.append(nest.map_structure(lambda _: None, out))   # not the tensors: their builder
             return nest.flatten(out)
         graph = trace(flat_fn, [s for s, k in zip(specs, is_value) if k], {}, name)
         hit = cache[key] = (graph, structure[0])
