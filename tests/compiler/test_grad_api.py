@@ -343,7 +343,7 @@ def _tensor_array_concat(x, shape):
 RULE_ERRORS = [(_reduce_negative_axis, "negative-axis", "use non-negative axes"),
                (_concat_unknown_rank, "concat", "give them one"),
                (_qr_unknown_size, "qr-size", "give the matrix a full shape"),
-               (_qr_wide, "qr-wide", "of its transpose"),
+               (_qr_wide, "qr-wide", "the qr of its transpose"),
                (_tensor_array_concat, "ta-concat", "use TensorArray.stack()")]
 
 

@@ -76,9 +76,9 @@ def _tall(op):
     m, n = s[-2:]
     if m < n or (op.attrs["full_matrices"] and m > n):
         raise DfcError(f"the gradient of qr is supported for mode='reduced' of an M x N matrix with M >= N, "
-                       f"got {m} x {n}{' (complete)' if op.attrs['full_matrices'] else ''}: differentiate "
-                       f"the reduced qr of a tall matrix (for a wide one, of its transpose: an LQ "
-                       f"factorization), or dfc.stop_gradient the input", node=op.node.name)
+                       f"got {m} x {n}{' (complete)' if op.attrs['full_matrices'] else ''}: for a wide "
+                       f"matrix differentiate the qr of its transpose instead, or dfc.stop_gradient the "
+                       f"input", node=op.node.name)
 
 
 def _qr_grad(op, dq, dr):

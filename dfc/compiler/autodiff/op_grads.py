@@ -47,8 +47,8 @@ def _axes(op):
     if rank is None:
         if any(a < 0 for a in axis):
             raise DfcError(f"gradient of {op.type} over negative axes needs a known rank: use non-negative "
-                           f"axes, or give the input a known rank (a TensorSpec shape, dfc.reshape to a "
-                           f"list of the right length)", node=op.node.name)
+                           f"axes, or give the input a known rank (a TensorSpec with a shape, or "
+                           f"dfc.reshape with a shape list)", node=op.node.name)
         return sorted(axis)
     return sorted(a % max(rank, 1) for a in axis)
 
@@ -150,8 +150,8 @@ def _transpose_grad(op, g):
 def _concat_grad(op, g):
     rank = op.input(0).ndim
     if rank is None:
-        raise DfcError("gradient of concat needs inputs of known rank: give them one (a TensorSpec shape, "
-                       "dfc.reshape to a list of the right length)", node=op.node.name)
+        raise DfcError("gradient of concat needs inputs of known rank: give them one (a TensorSpec with a "
+                       "shape, or dfc.reshape with a shape list)", node=op.node.name)
     ax = op.attrs["axis"] % rank
     parts = op.gs.concat_parts.get(getattr(g, "ref", None))
     if parts is not None and ax == 1 and parts[0] == [op.input(k).shape[ax] for k in range(op.n_inputs)]:
