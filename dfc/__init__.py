@@ -43,6 +43,8 @@ _LAZY.update({
     "function": ("dfc.compiler.autograph", "function"),
     "gradients": ("dfc.compiler.autodiff", "gradients"),
     "value_and_grad": ("dfc.compiler.autodiff", "value_and_grad"),
+    "hessian": ("dfc.compiler.autodiff.higher", "hessian"),
+    "hvp": ("dfc.compiler.autodiff.higher", "hvp"),
     "train": ("dfc.compiler.train", None),
     "nest": ("dfc.nest", None),
     "config": ("dfc.config", None),

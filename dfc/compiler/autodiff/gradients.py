@@ -356,7 +356,8 @@ class GradState:
             return
         rule = GRADS.get(node.op)
         if rule is None:
-            raise DfcError(f"no gradient rule for op {node.op}", node=key, loc=node.loc)
+            raise DfcError(f"no gradient rule for op {node.op}: wrap its result in dfc.stop_gradient if no "
+                           f"gradient needs to flow through it", node=key, loc=node.loc or user_location())
         d = self.deferred.get(key)
         try:
             if d is not None and out_grads[0] is not None:
@@ -369,8 +370,8 @@ class GradState:
                 e.args = (e._format(),)
             raise
         if len(in_grads) != len(ins):
-            raise DfcError(f"gradient of {node.op} returned {len(in_grads)} values for {len(ins)} inputs",
-                           node=key)
+            raise DfcError(f"internal: the gradient of {node.op} returned {len(in_grads)} values for "
+                           f"{len(ins)} inputs", node=key, loc=node.loc or user_location())
         for r, g in zip(ins, in_grads):
             if g is not None and differentiable_dtype(self.dtype_of(r)):
                 grads.setdefault(r, []).append(g)
@@ -488,7 +489,7 @@ class GradState:
                 raise DfcError(f"internal: cannot lift {t.ref} out of {getattr(B, 'describe', lambda: B)()}")
             if t.dtype not in dt.ALL:
                 raise DfcError(f"cannot save a {t.dtype} value computed inside a cond in a loop for the "
-                               f"gradient", loc=user_location())
+                               f"gradient: compute it before the cond", loc=user_location())
             S = B.state
             other = S.branches[1 - B.branch]
             dummy = b.make1("Const", (), {"value": np.zeros((), t.dtype)}, ctx=other,
@@ -538,7 +539,8 @@ def _variable_init(graph, t):
     name = _source(graph, t.ref)
     n = graph.nodes[name]
     if n.op != "VarHandle":
-        raise DfcTypeError(f"cannot differentiate with respect to {t.ref}: it is a {n.op} handle, not a variable")
+        raise DfcTypeError(f"cannot differentiate with respect to {t.ref}: it is a {n.op} handle, not a variable; "
+                           f"differentiate with respect to the tensors it holds", loc=user_location())
     return graph.nodes[parse_input(n.data_inputs[0])[0]].attrs["value"]
 
 
@@ -571,8 +573,12 @@ def _as_x(x):
         return x
     if hasattr(x, "_dfc_flatten"):
         return x._dfc_flatten()[0]
-    raise DfcTypeError(f"gradients() takes tensors or dfc.Variables as xs, not {type(x).__name__}",
-                       loc=user_location())
+    hint = ""
+    if isinstance(x, (np.ndarray, np.generic, float, int)):
+        hint = (": a Python or numpy value is a constant of the graph; pass it to the traced function as an "
+                "argument, or make it a dfc.Variable, to differentiate with respect to it")
+    raise DfcTypeError(f"gradients() takes tensors or dfc.Variables as xs (or nested lists, tuples and dicts "
+                       f"of them), not {type(x).__name__}{hint}", loc=user_location())
 
 
 @api_boundary
@@ -580,12 +586,15 @@ def gradients(ys, xs, grad_ys=None, unconnected_gradients="none"):
     """Symbolic gradients of sum(ys) with respect to each of xs, built into the current graph.
 
     Equivalent math: [sum_k d(sum(grad_ys[k] * ys[k])) / d x for x in xs]; grad_ys defaults to ones.
-    xs may be tensors or dfc.Variables (the gradient has the variable's shape). Works through
+    xs is one value or a nested structure (lists, tuples, namedtuples, dicts) whose leaves are
+    tensors or dfc.Variables (a variable's gradient has the variable's shape); the result has xs's
+    structure: one value for one x, a list for a list, a dict with the same keys for a dict.
+    ys and grad_ys may be nested structures too (their leaves are paired in order). Works through
     dfc.cond, dfc.while_loop (at any nesting; data-dependent trip counts), TensorArrays and
-    scan/map_fn/foldl. Returns a list like xs (a single value if xs is one value); an x that ys do
-    not depend on gets None, or zeros with unconnected_gradients="zero". dfc.stop_gradient blocks.
-    Gradients of gradients work through all of these too (Hessian-vector products, gradient
-    penalties, second-order MAML through a tensor number of steps).
+    scan/map_fn/foldl. An x that ys do not depend on gets None, or zeros with
+    unconnected_gradients="zero". dfc.stop_gradient blocks. Gradients of gradients work through all
+    of these too (Hessian-vector products, gradient penalties, second-order MAML through a tensor
+    number of steps). Differs from TF: a tuple of xs gives a tuple (TF gives a list).
     """
     if unconnected_gradients not in ("none", "zero"):
         raise DfcError("unconnected_gradients must be 'none' or 'zero'", loc=user_location())
@@ -596,8 +605,8 @@ def gradients(ys, xs, grad_ys=None, unconnected_gradients="none"):
                        "dfc.value_and_grad(fn)(*args), which traces fn to differentiate it (eagerly too)",
                        loc=user_location())
     c0 = b.ctx
-    single_x = not isinstance(xs, (list, tuple))
-    xs_list = [xs] if single_x else list(xs)
+    single_x = not nest.is_nested(xs)
+    xs_list = [xs] if single_x else nest.flatten(xs)
     ys_list = [convert(y) for y in nest.flatten(ys)]
     if grad_ys is None:
         gys = [None] * len(ys_list)
@@ -611,7 +620,8 @@ def gradients(ys, xs, grad_ys=None, unconnected_gradients="none"):
         seen = x if x.ctx is c0 else _lookup_capture(x, c0)
         if seen is None and x.ctx is not None and not _on_chain(x.ctx, c0):
             raise DfcError(f"cannot differentiate with respect to {x.ref}: it lives inside "
-                           f"{x.ctx.describe()}", loc=user_location())
+                           f"{x.ctx.describe()}; call dfc.gradients there, or differentiate with respect to "
+                           f"a value from outside it", loc=user_location())
         x_refs.append(None if seen is None else seen.ref)
     seeds, y_refs = {}, []
     for y, gy in zip(ys_list, gys):
@@ -638,7 +648,7 @@ def gradients(ys, xs, grad_ys=None, unconnected_gradients="none"):
         if g is None and unconnected_gradients == "zero":
             g = gs.zeros_for(x)
         out.append(g)
-    return out[0] if single_x else out
+    return out[0] if single_x else nest.pack_sequence_as(xs, out)
 
 
 def _on_chain(ctx, g):
@@ -654,8 +664,8 @@ def value_and_grad(fn, argnums=0):
 
     fn's Python control flow is converted as in dfc.function (`if`/`while` on tensors become
     dfc.cond / dfc.while_loop). Inside traced code (dfc.trace, dfc.function) it builds the
-    gradient into the graph;
-    called with numpy values it traces fn once per signature and runs the graph.
+    gradient into the graph; called with numpy values (nested structures of them too) it traces
+    fn once per signature and runs the graph.
     argnums may be an int (one gradient) or a tuple (a tuple of gradients); an argument
     may be a nested structure of tensors (its gradient has the same structure).
     """
@@ -664,16 +674,10 @@ def value_and_grad(fn, argnums=0):
 
     def wrapped(*args, **kwargs):
         if current_builder(required=False) is None:
-            return _run_eagerly(wrapped, cache, args, kwargs)
+            return trace_and_run(cache, wrapped.__name__, wrapped, args, kwargs)
         from dfc.compiler.autograph.calls import converted_call
         value = converted_call(fn, args, kwargs)   # converted: `if`/`while` on tensors work in fn
-        targets = [args[i] for i in nums]
-        flat = [nest.flatten(t) for t in targets]
-        grads = gradients(value, [x for f in flat for x in f])
-        out, k = [], 0
-        for t, f in zip(targets, flat):
-            out.append(nest.pack_sequence_as(t, grads[k:k + len(f)]))
-            k += len(f)
+        out = gradients(value, [args[i] for i in nums])
         return value, (out[0] if isinstance(argnums, int) else tuple(out))
 
     wrapped.__name__ = f"value_and_grad_{getattr(fn, '__name__', 'fn')}"
@@ -681,13 +685,33 @@ def value_and_grad(fn, argnums=0):
     return wrapped
 
 
-def _run_eagerly(wrapped, cache, args, kwargs):
+def trace_and_run(cache, name, build, args, kwargs=None):
+    """build(*args, **kwargs) traced once per signature, then run; the result has build's structure.
+
+    Every numpy value or Python number among the leaves of args and kwargs (nested structures
+    included) becomes an input of the graph; any other leaf (a bool, a string, an object) is a
+    constant of the graph, so its repr is part of the signature.
+    """
     from dfc.compiler.autograph.core import trace     # a Python error in fn: a DfcError at its line
     from dfc.compiler.tracing import TensorSpec
-    specs = [TensorSpec.from_value(a) if isinstance(a, (np.ndarray, np.generic, float, int)) and
-             not isinstance(a, bool) else a for a in args]
-    key = tuple(repr(s) for s in specs) + tuple(sorted(kwargs))
-    g = cache.get(key)
-    if g is None:
-        g = cache[key] = trace(lambda *a: wrapped(*a, **kwargs), specs, {}, wrapped.__name__)
-    return g(*[a for a, s in zip(args, specs) if isinstance(s, TensorSpec)])
+    kwargs = kwargs or {}
+    names = sorted(kwargs)
+    everything = [list(args), [kwargs[k] for k in names]]
+    leaves = nest.flatten(everything)
+    is_value = [isinstance(a, (np.ndarray, np.generic, float, int)) and not isinstance(a, bool) for a in leaves]
+    specs = [TensorSpec.from_value(a) if k else a for a, k in zip(leaves, is_value)]
+    key = (repr(nest.map_structure(lambda _: 0, everything)), tuple(names), tuple(repr(s) for s in specs))
+    hit = cache.get(key)
+    if hit is None:
+        structure = []
+
+        def flat_fn(*ts):
+            it = iter(ts)
+            a, kw = nest.pack_sequence_as(everything, [next(it) if k else v for v, k in zip(leaves, is_value)])
+            out = build(*a, **dict(zip(names, kw)))
+            structure.append(nest.map_structure(lambda _: None, out))   # not the tensors: their builder
+            return nest.flatten(out)
+        graph = trace(flat_fn, [s for s, k in zip(specs, is_value) if k], {}, name)
+        hit = cache[key] = (graph, structure[0])
+    graph, structure = hit
+    return nest.pack_sequence_as(structure, list(graph(*[v for v, k in zip(leaves, is_value) if k])))

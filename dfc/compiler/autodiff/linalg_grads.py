@@ -71,11 +71,14 @@ def _slogdet_grad(op, g_sign, g_logdet):
 def _tall(op):
     s = op.input(0).shape
     if s is None or s[-1] is None or s[-2] is None:
-        raise DfcError("the gradient of qr needs the matrix size known while tracing", node=op.node.name)
+        raise DfcError("the gradient of qr needs the matrix size known while tracing: give the matrix a "
+                       "full shape (a TensorSpec with both sizes, or dfc.reshape to them)", node=op.node.name)
     m, n = s[-2:]
     if m < n or (op.attrs["full_matrices"] and m > n):
         raise DfcError(f"the gradient of qr is supported for mode='reduced' of an M x N matrix with M >= N, "
-                       f"got {m} x {n}{' (complete)' if op.attrs['full_matrices'] else ''}", node=op.node.name)
+                       f"got {m} x {n}{' (complete)' if op.attrs['full_matrices'] else ''}: for a wide "
+                       f"matrix differentiate the qr of its transpose instead, or dfc.stop_gradient the "
+                       f"input", node=op.node.name)
 
 
 def _qr_grad(op, dq, dr):

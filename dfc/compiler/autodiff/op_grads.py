@@ -46,7 +46,9 @@ def _axes(op):
     axis = [axis] if isinstance(axis, int) else list(axis)
     if rank is None:
         if any(a < 0 for a in axis):
-            raise DfcError(f"gradient of {op.type} over negative axes needs a known rank", node=op.node.name)
+            raise DfcError(f"gradient of {op.type} over negative axes needs a known rank: use non-negative "
+                           f"axes, or give the input a known rank (a TensorSpec with a shape, or "
+                           f"dfc.reshape with a shape list)", node=op.node.name)
         return sorted(axis)
     return sorted(a % max(rank, 1) for a in axis)
 
@@ -148,7 +150,8 @@ def _transpose_grad(op, g):
 def _concat_grad(op, g):
     rank = op.input(0).ndim
     if rank is None:
-        raise DfcError("gradient of concat needs inputs of known rank", node=op.node.name)
+        raise DfcError("gradient of concat needs inputs of known rank: give them one (a TensorSpec with a "
+                       "shape, or dfc.reshape with a shape list)", node=op.node.name)
     ax = op.attrs["axis"] % rank
     parts = op.gs.concat_parts.get(getattr(g, "ref", None))
     if parts is not None and ax == 1 and parts[0] == [op.input(k).shape[ax] for k in range(op.n_inputs)]:
@@ -308,7 +311,9 @@ def _cumprod_grad(op, g):
 
 
 def _cumprod_grad_grad(op, g):
-    raise DfcError("the second derivative of cumprod is not supported", node=op.node.name)
+    raise DfcError("the second derivative of cumprod is not supported: for positive x write it as "
+                   "dfc.exp(dfc.cumsum(dfc.log(x))), or dfc.stop_gradient the first gradient",
+                   node=op.node.name)
 
 
 def _take_along_axis_grad(op, g):
@@ -340,8 +345,8 @@ def _einsum_grad(op, g):
     for k, sub in enumerate(ins):
         others = [out] + [s for j, s in enumerate(ins) if j != k]
         if "..." in sub and not any("..." in s for s in others):
-            raise DfcError(f"gradient of einsum {eq!r}: operand {k}'s '...' dimensions are summed away",
-                           node=op.node.name)
+            raise DfcError(f"gradient of einsum {eq!r}: operand {k}'s '...' dimensions are summed away: "
+                           f"name them with letters instead of '...'", node=op.node.name)
         present = set("".join(others).replace("...", ""))
         extra, extra_subs, seen = [], [], set()
         shape = op.input(k).shape

@@ -69,5 +69,6 @@ def scatter_grad(op, gflow):
 
 
 def concat_grad(op, g):
-    raise DfcError("the gradient of TensorArray.concat is not supported (use stack)", node=op.node.name,
+    raise DfcError("the gradient of TensorArray.concat is not supported: use TensorArray.stack() and "
+                   "dfc.reshape its first two axes into one (for elements of one shape)", node=op.node.name,
                    loc=op.node.loc)
