@@ -109,3 +109,16 @@ def test_tasks_run_on_the_nodes_their_placement_names():
     assert out["restarted"] == b                       # a restarted task keeps its placement
     assert out["value"] == sum((2.0 * x + 1.0) ** 2 for x in (1.0, 2.0, 3.0))
     assert len(set(out["spread"].values())) == 2       # two workers spread over the two nodes
+
+
+def test_the_command_line_refuses_a_placement_without_a_cluster_or_a_bad_one(tmp_path):
+    from click.testing import CliRunner
+    from dfc.cli import main
+    g = dfc.trace(lambda x: x * 2.0, dfc.TensorSpec([], "float32"))
+    path = str(tmp_path / "g.json")
+    dfc.save(g, path)
+    r = CliRunner().invoke(main, ["run", path, "-i", "x=1.0", "--place", "ps=spread"])
+    assert r.exit_code == 2 and "--place needs --cluster" in r.output
+    r = CliRunner().invoke(main, ["run", path, "-i", "x=1.0", "--cluster", "local", "--tasks", "worker=1",
+                                  "--place", "chief=spread"])
+    assert r.exit_code != 0 and "neither a job nor a task" in r.output   # refused before Ray starts
