@@ -359,6 +359,11 @@ class GradState:
             raise DfcError(f"no gradient rule for op {node.op}: wrap its result in dfc.stop_gradient if no "
                            f"gradient needs to flow through it", node=key, loc=node.loc or user_location())
         d = self.deferred.get(key)
+        # Gradient ops run where their forward op runs (a model-parallel layer's gradient stays on its
+        # task), as TensorFlow's colocate_gradients_with_ops; saved values follow through their stacks.
+        devices = self.b.devices
+        if node.device:
+            devices.append(node.device)
         try:
             if d is not None and out_grads[0] is not None:
                 in_grads = d.backprop(OpView(self, node), out_grads[0])
@@ -369,6 +374,9 @@ class GradState:
                 e.loc = node.loc or user_location()
                 e.args = (e._format(),)
             raise
+        finally:
+            if node.device:
+                devices.pop()
         if len(in_grads) != len(ins):
             raise DfcError(f"internal: the gradient of {node.op} returned {len(in_grads)} values for "
                            f"{len(ins)} inputs", node=key, loc=node.loc or user_location())
