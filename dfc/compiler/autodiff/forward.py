@@ -18,7 +18,7 @@ from dfc.ir import dtypes as dt
 from dfc.ir.dtypes import TType
 from dfc.ir.graph import parse_input
 from dfc.compiler.tracing import Tensor, capture, convert, current_builder, user_location
-from dfc.compiler.control_flow import WhileContext, loop_builder
+from dfc.compiler.control_flow import CondBranch, WhileContext, loop_builder
 from dfc.compiler.autodiff import forward_rules as R
 from dfc.compiler.autodiff.gradients import GradState, norm_ref
 from dfc.compiler.autodiff.op_grads import GRADS, NOT_DIFFERENTIABLE
@@ -34,11 +34,24 @@ class ForwardState(GradState):
         self.tan_tas = {}        # TensorArray node -> (tangent handle, tangent flow)
         self.tan_stacks = {}     # StackV2 node -> tangent stack
         self.order = {name: k for k, name in enumerate(self.graph.nodes)}
+        # Merges of a value computed in a cond branch with a dummy from the other one, which the reverse mode
+        # builds to save the value on a stack (GradState.lift): a unit of the cond's outer context
+        loop_merges = {m.node for L in b.loops.values() for m in L.merges}
+        self.lifts = {n.name for n in self.graph.nodes.values() if n.op == "Merge" and n.name not in b.conds and
+                      n.name not in loop_merges and b.tensors.get(n.name) and
+                      all(isinstance(self._ctx_of(r), CondBranch) for r in n.data_inputs)}
+
+    def _ctx_of(self, ref):
+        outs = self.b.tensors.get(parse_input(ref)[0])
+        return outs[0].ctx if outs else None
 
     # ------------------------------------------------------------ which nodes need a tangent
     def unit_of(self, name):
         u = super().unit_of(name)
-        if u is None and self.graph.nodes[name].op == "Exit":
+        op = self.graph.nodes[name].op
+        if u is None and op == "Merge" and name in self.lifts:
+            return self.b.tensors[name][0].ctx, name
+        if u is None and op == "Exit":
             # An Exit the reverse mode added to a loop (its iteration counter) still belongs to that loop:
             # the gradient loop that reads it must come after the loop that pushes its stacks.
             outs = self.b.tensors.get(parse_input(self.graph.nodes[name].data_inputs[0])[0])
@@ -136,15 +149,18 @@ class ForwardState(GradState):
         while self.graph.nodes[name].op in ("Enter", "Switch", "Identity", "Merge"):
             name = parse_input(self.graph.nodes[name].data_inputs[0])[0]
         node = self.graph.nodes[name]
-        if node.op != "TensorArray":
+        if node.op not in ("TensorArray", "TensorArrayGrad"):
             raise DfcError(f"forward mode (dfc.jvp) through a {node.op} handle is not supported", node=name,
                            loc=node.loc)
         hit = self.tan_tas.get(name)
         if hit is None:
+            # a TensorArray's tangent is a fresh one of its size; a gradient TensorArray's (reverse mode inside f)
+            # another gradient array of the same forward array: it accumulates and reads unwritten elements as
+            # zeros, as the one it stands for
             b = self.b
-            size = self.b.tensors[parse_input(node.data_inputs[0])[0]][parse_input(node.data_inputs[0])[1]]
-            hit = self.tan_tas[name] = tuple(b.make("TensorArray", (size,), dict(node.attrs),
-                                                    ctx=b.tensors[name][0].ctx, name=b.unique(f"{name}_tangent")))
+            ins = [self.b.tensors[n][p] for n, p, _ in map(parse_input, node.data_inputs)]
+            hit = self.tan_tas[name] = tuple(b.make(node.op, ins, dict(node.attrs), ctx=b.tensors[name][0].ctx,
+                                                    raw=True, name=b.unique(f"{name}_tangent")))
         return self._here(hit[0]), self._here(hit[1])
 
     def tangent_stack(self, handle_ref, create):
@@ -193,6 +209,9 @@ class ForwardState(GradState):
         node = self.graph.nodes[name]
         op = R.JvpView(self, node)
         ts = [self.tangent(r) for r in op.refs]
+        if name in self.lifts:
+            self.merge_tangent(name, self.b.ctx)
+            return
         if node.op in R.STACK_OPS:
             rule = R.STACK_OPS[node.op]
         elif all(t is None for t in ts) or node.op in NOT_DIFFERENTIABLE:
@@ -224,22 +243,30 @@ class ForwardState(GradState):
         for m in list(S.merges):
             if m.node not in self.between or m.dtype not in dt.FLOATS:
                 continue
-            refs = [norm_ref(r) for r in nodes[m.node].data_inputs]   # (false branch, true branch)
-            found = []
-            for br, ref in zip((0, 1), refs):
-                b.ctx = S.branches[br]
-                found.append(self.tangent(ref))
-            if all(t is None for t in found):
-                continue
-            parts = []
-            for br, ref, t in zip((0, 1), refs, found):
-                B = b.ctx = S.branches[br]
-                parts.append(capture(t, B, b) if t is not None else R.zeros(self.fwd(ref)))
-            b.ctx = S.outer
-            tm = b.make("Merge", parts, ctx=S.outer, raw=True, name=b.unique(f"{m.node}_tangent"))[0]
-            S.merges.append(tm)         # one more output of the cond (the reverse mode sees it as such)
-            b.conds[tm.node] = S
-            self.tan[m.ref] = tm
+            tm = self.merge_tangent(m.node, S.outer)
+            if tm is not None:
+                S.merges.append(tm)         # one more output of the cond (the reverse mode sees it as such)
+                b.conds[tm.node] = S
+
+    def merge_tangent(self, name, out_ctx):
+        """The Merge of its inputs' tangents, each built in its input's branch (zeros where one has none)."""
+        b = self.b
+        ins = [self.tensor(norm_ref(r)) for r in self.graph.nodes[name].data_inputs]
+        found = []
+        for x in ins:
+            b.ctx = x.ctx
+            found.append(self.tangent(x.ref))
+        if all(t is None for t in found):
+            b.ctx = out_ctx
+            return None
+        parts = []
+        for x, t in zip(ins, found):
+            b.ctx = x.ctx
+            parts.append(capture(t, x.ctx, b) if t is not None else R.zeros(x))
+        b.ctx = out_ctx
+        tm = b.make("Merge", parts, ctx=out_ctx, raw=True, name=b.unique(f"{name}_tangent"))[0]
+        self.tan[f"{name}:0"] = tm
+        return tm
 
     def loop_tangent(self, L):
         b, nodes, G = self.b, self.graph.nodes, L.outer
