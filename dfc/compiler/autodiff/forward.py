@@ -219,7 +219,7 @@ class ForwardState(GradState):
         elif node.op in R.TA_OPS:
             rule = R.tensor_array
         elif node.op in R.JVPS:
-            rule = R.JVPS[node.op] or R.linear_all
+            rule = R.JVPS[node.op] or (R.multilinear if node.op == "Einsum" else R.linear_all)
         elif node.op in GRADS:
             rule = R.transpose_vjp
         else:

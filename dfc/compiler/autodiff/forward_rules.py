@@ -35,7 +35,7 @@ class JvpView:
 
     def remake(self, subs, port=None):
         """The same op with input k replaced by subs[k] (a linear op applied to tangents)."""
-        ins = [subs.get(k, None) if k in subs else self.x(k) for k in range(self.n_inputs)]
+        ins = [subs[k] if k in subs else self.x(k) for k in range(self.n_inputs)]
         outs = current_builder().make(self.type, ins, dict(self.attrs))
         return list(outs) if port is None else outs[port]
 
@@ -164,11 +164,22 @@ JVPS["ScatterAdd"] = _linear(2)
 JVPS["GetItemGrad"] = _linear(0)
 JVPS["TakeAlongAxisGrad"] = _linear(0)
 for _name in ("Concat", "Stack", "Einsum"):
-    JVPS[_name] = None      # linear in every input: filled in per node (its number of inputs varies)
+    JVPS[_name] = None      # rules below: their number of inputs varies
 
 
 def linear_all(op, *ts):
+    """Concat, Stack: linear in all inputs together (zeros for an input without a tangent)."""
     return _linear(*range(op.n_inputs))(op, *ts)
+
+
+def multilinear(op, *ts):
+    """Einsum: linear in each input separately, so the sum over inputs of the op with that one's tangent."""
+    total = None
+    for k, t in enumerate(ts):
+        if t is not None:
+            term = op.remake({k: t}, port=0)
+            total = term if total is None else total + term
+    return [total]
 
 
 # ------------------------------------------------------------------ any op with a reverse rule

@@ -1,0 +1,348 @@
+"""dfc.jvp: forward mode through loops (data-dependent trip counts, nesting), conds, TensorArrays, scan,
+and forward-over-reverse Hessian-vector products; checked against central finite differences of the same
+graph (float64) and against jax.jvp where JAX can run the program."""
+import numpy as np
+import pytest
+
+import dfc
+from tests.conftest import run_all_modes
+
+jax = pytest.importorskip("jax")
+jax.config.update("jax_enable_x64", True)
+jnp, lax = jax.numpy, jax.lax
+
+F64 = "float64"
+
+
+def spec(a):
+    return dfc.TensorSpec(np.shape(a), np.asarray(a).dtype.name)
+
+
+def jvp_graph(f, primals, tangents, statics=()):
+    """Trace (primals, tangents, statics) -> dfc.jvp(f(., *statics), primals, tangents); the graph verifies."""
+    n = len(primals)
+
+    def traced(*a):
+        return dfc.jvp(lambda *p: f(*p, *a[2 * n:]), tuple(a[:n]), tuple(a[n:2 * n]))
+    g = dfc.trace(traced, *[spec(a) for a in list(primals) + list(tangents) + list(statics)])
+    g.verify()
+    return g
+
+
+def finite_difference(g, primals, tangents, statics=(), eps=1e-6):
+    """Central difference of the graph's value along the tangents (the same graph, tangent part ignored)."""
+    def value(s):
+        ps = [p + s * t for p, t in zip(primals, tangents)]
+        return g(*ps, *tangents, *statics)[0]
+    hi, lo = value(eps), value(-eps)
+    return [(np.asarray(a) - np.asarray(b)) / (2 * eps) for a, b in zip(_flat(hi), _flat(lo))]
+
+
+def _flat(x):
+    return dfc.nest.flatten(x)
+
+
+def check(f, primals, tangents, statics=(), jax_f=None, modes=False, rtol=1e-6, atol=1e-8):
+    g = jvp_graph(f, primals, tangents, statics)
+    args = list(primals) + list(tangents) + list(statics)
+    value, tangent = run_all_modes(g, *args) if modes else g(*args)
+    for got, want in zip(_flat(tangent), finite_difference(g, primals, tangents, statics)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    if jax_f is not None:
+        jv, jt = jax.jvp(jax_f, tuple(primals), tuple(tangents))
+        for got, want in zip(_flat(value), jax.tree_util.tree_leaves(jv)):
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+        for got, want in zip(_flat(tangent), jax.tree_util.tree_leaves(jt)):
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    return value, tangent
+
+
+X = np.array([0.3, -0.2, 0.5])
+V = np.array([1.0, 0.5, -2.0])
+
+
+def test_elementwise_chain_in_python_values():
+    x, v = np.float64(0.5), np.float64(1.0)
+    y, t = dfc.jvp(lambda x: dfc.sin(x) * x, (x,), (v,))
+    np.testing.assert_allclose(y, np.sin(0.5) * 0.5, rtol=1e-12)
+    np.testing.assert_allclose(t, np.cos(0.5) * 0.5 + np.sin(0.5), rtol=1e-12)
+
+
+def test_while_loop_with_data_dependent_trip_count():
+    def f(x, limit):
+        while dfc.reduce_sum(x * x) < limit:      # the trip count depends on x's value
+            x = x * 1.3 + 0.2 * dfc.sin(x)
+        return x
+
+    def jf(x):
+        return lax.while_loop(lambda x: jnp.sum(x * x) < 7.0, lambda x: x * 1.3 + 0.2 * jnp.sin(x), x)
+    check(f, (X,), (V,), (np.float64(7.0),), jax_f=jf, modes=True)
+
+
+def test_nested_loops_with_tensor_trip_counts():
+    def f(x, n, m):
+        i = 0
+        while i < n:
+            j = 0
+            while j < m + i:
+                x = dfc.tanh(x) + 0.1 * x * x
+                j += 1
+            x = x * 0.9
+            i += 1
+        return dfc.reduce_sum(x * x), x
+
+    def jf(x):
+        def outer(i, x):
+            x = lax.fori_loop(0, 2 + i, lambda j, x: jnp.tanh(x) + 0.1 * x * x, x)
+            return x * 0.9
+        x = lax.fori_loop(0, 3, outer, x)
+        return jnp.sum(x * x), x
+    check(f, (X,), (V,), (np.int64(3), np.int64(2)), jax_f=jf)
+
+
+def test_cond_inside_loop():
+    def f(x, n):
+        for i in range(n):
+            if dfc.reduce_sum(x) > 0:
+                x = x * x * 0.5 - 0.3
+            else:
+                x = dfc.sin(x) + 0.4
+        return x
+
+    def jf(x):
+        return lax.fori_loop(0, 5, lambda i, x: lax.cond(jnp.sum(x) > 0, lambda x: x * x * 0.5 - 0.3,
+                                                         lambda x: jnp.sin(x) + 0.4, x), x)
+    check(f, (X,), (V,), (np.int64(5),), jax_f=jf)
+
+
+def test_tensor_array_and_scan():
+    xs = np.linspace(-1.0, 1.0, 12).reshape(4, 3)
+    vs = np.cos(np.arange(12.0)).reshape(4, 3)
+
+    def f(h, xs, n):
+        ta = dfc.TensorArray(F64, size=0)
+        i = 0
+        while i < n:
+            h = dfc.tanh(h * xs[i] + 0.5)
+            ta = ta.write(i, h * h)
+            i += 1
+        acc = dfc.scan(lambda a, x: a * 0.5 + dfc.exp(x * 0.1), ta.stack(), initializer=h)
+        return acc
+
+    def jf(h, xs):
+        def step(h, x):
+            h = jnp.tanh(h * x + 0.5)
+            return h, h * h
+        h, hs = lax.scan(step, h, xs)
+        def acc_step(a, x):
+            a = a * 0.5 + jnp.exp(x * 0.1)
+            return a, a
+        return lax.scan(acc_step, h, hs)[1]
+    check(f, (X, xs), (V, vs), (np.int64(4),), jax_f=jf)
+
+
+def test_rnn_step_loop_with_structured_primals():
+    rng = np.random.default_rng(0)
+    params = {"W": rng.normal(size=(3, 3)) * 0.5, "h0": rng.normal(size=(1, 3))}
+    dparams = {"W": rng.normal(size=(3, 3)), "h0": rng.normal(size=(1, 3))}
+    xs = rng.normal(size=(5, 1, 3))
+
+    def f(p, xs, n):
+        h = p["h0"]
+        for t in range(n):
+            h = dfc.tanh(h @ p["W"] + xs[t])
+        return {"h": h, "loss": dfc.reduce_mean(h * h)}
+
+    def jf(p):
+        h = lax.fori_loop(0, 5, lambda t, h: jnp.tanh(h @ p["W"] + jnp.asarray(xs)[t]), p["h0"])
+        return {"h": h, "loss": jnp.mean(h * h)}
+
+    def traced(W, h0, dW, dh0, xs, n):
+        return dfc.jvp(lambda p: f(p, xs, n), ({"W": W, "h0": h0},), ({"W": dW, "h0": dh0},))
+    args = [params["W"], params["h0"], dparams["W"], dparams["h0"], xs, np.int64(5)]
+    g = dfc.trace(traced, *[spec(a) for a in args])
+    value, tangent = g(*args)
+    assert set(value) == {"h", "loss"} and set(tangent) == {"h", "loss"}
+    jv, jt = jax.jvp(jf, (params,), (dparams,))
+    for k in ("h", "loss"):
+        np.testing.assert_allclose(value[k], jv[k], rtol=1e-10)
+        np.testing.assert_allclose(tangent[k], jt[k], rtol=1e-8, atol=1e-12)
+
+
+def _loss(x, n):
+    def body(i, h):
+        return i + 1, dfc.tanh(h * 1.3) + 0.1 * h * h
+    _, h = dfc.while_loop(lambda i, h: i < n, body, (0, x))
+    return dfc.reduce_sum(h * h)
+
+
+def test_hessian_vector_product_forward_over_reverse_through_while_loop():
+    n = np.int64(4)
+    hvp = jvp_graph(lambda x, n: dfc.gradients(_loss(x, n), x), (X,), (V,), (n,))
+    grad, hv = run_all_modes(hvp, X, V, n)
+    grad_graph = dfc.trace(lambda x, n: dfc.gradients(_loss(x, n), x), spec(X), spec(n))
+    eps = 1e-6
+    fd = (grad_graph(X + eps * V, n) - grad_graph(X - eps * V, n)) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)
+
+    def jloss(x):
+        h = lax.fori_loop(0, 4, lambda i, h: jnp.tanh(h * 1.3) + 0.1 * h * h, x)
+        return jnp.sum(h * h)
+    jg, jhv = jax.jvp(jax.grad(jloss), (X,), (V,))
+    np.testing.assert_allclose(grad, jg, rtol=1e-10)
+    np.testing.assert_allclose(hv, jhv, rtol=1e-8, atol=1e-12)
+
+
+def test_inside_dfc_function():
+    @dfc.function
+    def f(x, v, n):
+        def g(x):
+            i = 0
+            while i < n:              # a tensor loop over a closed-over trip count
+                x = x * dfc.cos(x)
+                i += 1
+            return x
+        return dfc.jvp(g, (x,), (v,))
+    _, t = f(X, V, np.int64(1))
+    np.testing.assert_allclose(t, (np.cos(X) - X * np.sin(X)) * V, rtol=1e-12)
+
+
+def test_closed_over_values_are_constants():
+    def traced(x, v):
+        c = x * 2.0
+        return dfc.jvp(lambda y: y * c, (x,), (v,))
+    g = dfc.trace(traced, spec(X), spec(V))
+    _, t = g(X, V)
+    np.testing.assert_allclose(t, 2.0 * X * V, rtol=1e-12)     # not 4 x v: c is a constant of f
+
+
+def test_output_independent_of_primals_has_zero_tangent():
+    y, t = dfc.jvp(lambda x: (x * 2.0, dfc.constant(np.ones(2))), (X,), (V,))
+    np.testing.assert_allclose(t[0], 2 * V)
+    np.testing.assert_array_equal(t[1], np.zeros(2))
+
+
+@pytest.mark.parametrize("tangent, match", [
+    (np.zeros(3, np.float32), r"tangent 0 is float32\[3\] but its primal is float64\[3\]"),
+    (np.zeros(4), r"tangent 0 is float64\[4\] but its primal is float64\[3\]"),
+])
+def test_tangent_mismatch_is_a_clear_error(tangent, match):
+    with pytest.raises(dfc.DfcError, match=match) as e:
+        dfc.jvp(lambda x: x * 2.0, (X,), (tangent,))
+    assert "test_jvp.py" in str(e.value)
+
+
+def test_tangent_mismatch_in_traced_code_names_the_line():
+    def traced(x, v):
+        return dfc.jvp(lambda x: x * 2.0, (x,), (v,))
+    with pytest.raises(dfc.DfcError, match="tangent 0 has shape") as e:
+        dfc.trace(traced, spec(X), dfc.TensorSpec([2], F64))
+    assert "test_jvp.py" in str(e.value)
+
+
+def test_integer_primal_is_a_clear_error():
+    with pytest.raises(dfc.DfcError, match="primal 0 is int64") as e:
+        dfc.jvp(lambda n: n * 2, (np.int64(3),), (np.int64(1),))
+    assert "test_jvp.py" in str(e.value)
+
+
+def test_primals_must_be_tuples():
+    with pytest.raises(dfc.DfcError, match="tuples"):
+        dfc.jvp(lambda x: x, X, V)
+
+
+# ---------------------------------------------------------------- forward over reverse, more programs
+
+def _cond_in_loop(x, n):
+    # the branches compute values the gradient saves: the reverse mode lifts them out of the cond to push them
+    def body(i, h):
+        h = dfc.cond(dfc.reduce_sum(h) > 0, lambda: dfc.sin(dfc.exp(h * 0.7) * h),
+                     lambda: dfc.tanh(h * h + 0.4) * 2.0)
+        return i + 1, h
+    return dfc.reduce_sum(dfc.while_loop(lambda i, h: i < n, body, (0, x))[1] ** 2)
+
+
+def _nested(x, n):
+    def outer(i, h):
+        h = dfc.while_loop(lambda j, h: j < i + 2, lambda j, h: (j + 1, dfc.tanh(h) + 0.1 * h * h), (0, h))[1]
+        return i + 1, h * 0.9
+    return dfc.reduce_sum(dfc.while_loop(lambda i, h: i < n, outer, (0, x))[1] ** 2)
+
+
+def _tensor_array(x, n):
+    def body(i, h, ta):
+        h = dfc.tanh(h * 1.2 + 0.1)
+        return i + 1, h, ta.write(i, h * h)
+    _, h, ta = dfc.while_loop(lambda i, h, ta: i < n, body, (0, x, dfc.TensorArray(F64, size=0)))
+    s = ta.stack()
+    return dfc.reduce_sum(s * s * s) + dfc.reduce_sum(h)     # the gradient array holds x-dependent values
+
+
+def _scan(x, n):
+    xs = dfc.reshape(dfc.cast(dfc.range(0, n * 3), F64), [-1, 3]) * 0.1
+    acc = dfc.scan(lambda a, e: dfc.tanh(a * x + e), xs, initializer=x)
+    return dfc.reduce_sum(acc * acc)
+
+
+def _powers(x, n):
+    # ops without a forward rule of their own: their JVP is their VJP transposed
+    def body(i, h):
+        return i + 1, h ** 3.0 * 0.5 + dfc.reduce_max(h) * h + dfc.reduce_prod(h + 2.0) * 0.1
+    return dfc.reduce_sum(dfc.while_loop(lambda i, h: i < n, body, (0, x))[1])
+
+
+@pytest.mark.parametrize("loss", [_cond_in_loop, _nested, _tensor_array, _scan, _powers])
+def test_hessian_vector_products_of_loop_programs(loss):
+    n = np.int64(3)
+    hvp = jvp_graph(lambda x, n: dfc.gradients(loss(x, n), x), (X,), (V,), (n,))
+    _, hv = hvp(X, V, n)
+    grad_graph = dfc.trace(lambda x, n: dfc.gradients(loss(x, n), x), spec(X), spec(n))
+    eps = 1e-6
+    fd = (grad_graph(X + eps * V, n) - grad_graph(X - eps * V, n)) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-7 * max(1.0, np.max(np.abs(fd))))
+
+
+def test_gradient_of_a_tangent_through_a_loop():
+    # the tangent variables are variables of the loop: the reverse mode differentiates through them
+    def traced(x, v, n):
+        _, t = dfc.jvp(lambda x: _loss(x, n), (x,), (v,))
+        return dfc.gradients(t, x)
+    g = dfc.trace(traced, spec(X), spec(V), spec(np.int64(4)))
+    hvp = jvp_graph(lambda x, n: dfc.gradients(_loss(x, n), x), (X,), (V,), (np.int64(4),))
+    np.testing.assert_allclose(g(X, V, np.int64(4)), hvp(X, V, np.int64(4))[1], rtol=1e-10)
+
+
+def test_common_ops_and_fallback_ops_against_jax():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(3, 4)), rng.normal(size=(4, 3))
+    da, db = rng.normal(size=(3, 4)), rng.normal(size=(4, 3))
+
+    def ops(m, a, b):
+        c = m.matmul(a, b)
+        return [m.concat([a, b.T], 0), m.stack([a, b.T], 1), a[1:, ::2], m.where(a > 0, a, b.T * 2.0),
+                m.maximum(a, b.T), m.minimum(a, 0.1), c / (1.5 + m.abs(c)), m.sqrt(a * a + 1.0), m.exp(-a * a),
+                m.log1p(b * b), m.tanh(c) * m.sigmoid(c), m.reshape(m.transpose(b), [2, 6]), m.cos(a) ** 3.0,
+                m.mean(a, 1), m.max(b, 0), m.prod(a + 2.0, 1), m.cumsum(a, 1), m.square(m.sin(b)),
+                m.einsum("ij,jk->ik", a, b), m.relu(a - b.T), 1.0 / (a * a + 2.0)]
+
+    class D:
+        matmul, concat, stack, where, maximum, minimum = dfc.matmul, dfc.concat, dfc.stack, dfc.where, \
+            dfc.maximum, dfc.minimum
+        abs, sqrt, exp, log1p, tanh, sigmoid, reshape = dfc.abs, dfc.sqrt, dfc.exp, dfc.log1p, dfc.tanh, \
+            dfc.sigmoid, dfc.reshape
+        transpose, cos, sin, square, einsum, relu = dfc.transpose, dfc.cos, dfc.sin, dfc.square, dfc.einsum, dfc.relu
+        mean, max, prod, cumsum = dfc.reduce_mean, dfc.reduce_max, dfc.reduce_prod, dfc.cumsum
+
+    class J:
+        matmul, concat, stack, where, maximum, minimum = jnp.matmul, jnp.concatenate, jnp.stack, jnp.where, \
+            jnp.maximum, jnp.minimum
+        abs, sqrt, exp, log1p, tanh, sigmoid, reshape = jnp.abs, jnp.sqrt, jnp.exp, jnp.log1p, jnp.tanh, \
+            jax.nn.sigmoid, jnp.reshape
+        transpose, cos, sin, square, einsum, relu = jnp.transpose, jnp.cos, jnp.sin, jnp.square, jnp.einsum, \
+            jax.nn.relu
+        mean, max, prod, cumsum = jnp.mean, jnp.max, jnp.prod, jnp.cumsum
+    _, got = dfc.jvp(lambda a, b: ops(D, a, b), (a, b), (da, db))
+    _, want = jax.jit(lambda *p: jax.jvp(lambda a, b: ops(J, a, b), p[:2], p[2:]))(a, b, da, db)
+    assert len(got) == len(want)
+    for k, (x, y) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12, err_msg=f"output {k}")
