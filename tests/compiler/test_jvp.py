@@ -346,3 +346,29 @@ def test_common_ops_and_fallback_ops_against_jax():
     assert len(got) == len(want)
     for k, (x, y) in enumerate(zip(got, want)):
         np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12, err_msg=f"output {k}")
+
+
+def test_jvp_inside_a_loop_body_newton():
+    def newton(x0, target):
+        def body(i, x):
+            y, dy = dfc.jvp(lambda x: x * x * x - target, (x,), (dfc.ones_like(x),))
+            return i + 1, x - y / dy
+        return dfc.while_loop(lambda i, x: i < 20, body, (0, x0))[1]
+    g = dfc.trace(newton, spec(np.float64(1.0)), spec(np.float64(8.0)))
+    np.testing.assert_allclose(g(np.float64(1.0), np.float64(8.0)), 2.0, rtol=1e-12)
+
+
+def test_jvp_of_a_float32_loop_inside_a_cond_branch():
+    def f(x, v, n):
+        def inner(x):
+            i = dfc.constant(0, "int64")
+            return dfc.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, dfc.sin(x) * 1.1), (i, x))[1]
+        return dfc.cond(n > 1, lambda: dfc.jvp(inner, (x,), (v,))[1], lambda: v)
+    x, v = np.array([0.3, 0.4], np.float32), np.array([1.0, -2.0], np.float32)
+    g = dfc.trace(f, spec(x), spec(v), spec(np.int64(3)))
+    got = g(x, v, np.int64(3))
+    h, d = x.astype(np.float64), v.astype(np.float64)
+    for _ in range(3):
+        h, d = np.sin(h) * 1.1, d * np.cos(h) * 1.1
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, d, rtol=1e-5)

@@ -7,10 +7,8 @@ transposing its VJP (`transpose_vjp`), so every differentiable op has one. Tenso
 parallel tangent TensorArray; stacks (the saved values of a gradient through a loop) a parallel
 tangent stack, pushed and popped in the same order as the forward one.
 """
-import numpy as np
-
 from dfc.compiler import ops_api as K
-from dfc.compiler.tracing import Tensor, current_builder
+from dfc.compiler.tracing import current_builder
 from dfc.errors import DfcError
 from dfc.ir import dtypes as dt
 
@@ -256,6 +254,8 @@ def stack_pop(op, _th):
     fs, b = op.fs, current_builder()
     ts = fs.tangent_stack(op.refs[0], create=False)
     if ts is None:
+        if fs.pushed_between(op.refs[0]):     # its pushes were not swept first: never a silent zero
+            raise DfcError("internal: forward mode reached a stack pop before its pushes", node=op.node.name)
         return [None]
     pop = _make("StackPop", (ts,), dict(op.attrs), control=op.node.control_inputs,
                 name=b.unique(f"{op.node.name}_tangent"))
@@ -276,5 +276,5 @@ def not_supported(op):
     return DfcError(f"forward mode (dfc.jvp) has no rule for op {op.type}", node=op.node.name, loc=op.node.loc)
 
 
-__all__ = ["JVPS", "JvpView", "transpose_vjp", "tensor_array", "TA_OPS", "STACK_OPS", "linear_all", "zeros",
-           "fit", "Tensor", "np"]
+__all__ = ["JVPS", "JvpView", "transpose_vjp", "tensor_array", "TA_OPS", "STACK_OPS", "linear_all", "multilinear",
+           "zeros", "fit", "not_supported"]
