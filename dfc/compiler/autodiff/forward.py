@@ -56,10 +56,10 @@ def jvp(f, primals, tangents):
         xs.append(x)
         seeds.append(t)
     out = converted_call(f, tuple(nest.pack_sequence_as(tuple(primals), xs)), {})
-    flat_y = [convert(y) for y in nest.flatten(out)]
+    flat_y = [None if y is None else convert(y) for y in nest.flatten(out)]
     c0 = b.ctx
     fs = ForwardState(b, c0)
-    fs.compute_units([x.ref for x in xs], [y.ref for y in flat_y])
+    fs.compute_units([x.ref for x in xs], [y.ref for y in flat_y if y is not None])
     for x, t in zip(xs, seeds):
         fs.tan[x.ref] = t
     try:
@@ -68,8 +68,8 @@ def jvp(f, primals, tangents):
         b.ctx = c0
     touts = []
     for y in flat_y:
-        t = fs.tan.get(y.ref) if y.ctx is c0 else None
-        touts.append(t if t is not None else R.zeros(y))
+        t = fs.tan.get(y.ref) if y is not None and y.ctx is c0 else None
+        touts.append(t if t is not None or y is None else R.zeros(y))
     return out, nest.pack_sequence_as(out, touts)
 
 

@@ -246,7 +246,7 @@ def stack_push(op, _th, te):
     ts = fs.tangent_stack(op.refs[0], create=True)
     push = _make("StackPush", (ts, te), control=op.node.control_inputs,
                  name=b.unique(f"{op.node.name}_tangent"))
-    _mirror_waiters(b, op.node.name, push.node)
+    _mirror_waiters(fs, op.node.name, push.node)
     return [push]
 
 
@@ -259,14 +259,13 @@ def stack_pop(op, _th):
         return [None]
     pop = _make("StackPop", (ts,), dict(op.attrs), control=op.node.control_inputs,
                 name=b.unique(f"{op.node.name}_tangent"))
-    _mirror_waiters(b, op.node.name, pop.node)
+    _mirror_waiters(fs, op.node.name, pop.node)
     return [pop]
 
 
-def _mirror_waiters(b, original, new):
-    for n in list(b.graph.nodes.values()):
-        if original in n.control_inputs and n.name != new:
-            b.graph.add_control_input(n.name, new)
+def _mirror_waiters(fs, original, new):
+    for name in fs.waiters.get(original, ()):
+        fs.graph.add_control_input(name, new)
 
 
 STACK_OPS = {"StackPush": stack_push, "StackPop": stack_pop}

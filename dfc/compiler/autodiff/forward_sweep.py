@@ -16,7 +16,7 @@ from dfc.ir.graph import parse_input
 from dfc.compiler.tracing import Tensor, capture, convert, user_location
 from dfc.compiler.control_flow import CondBranch, WhileContext, loop_builder
 from dfc.compiler.autodiff import forward_rules as R
-from dfc.compiler.autodiff.gradients import GradState, norm_ref
+from dfc.compiler.autodiff.gradients import GradState, _source, norm_ref
 from dfc.compiler.autodiff.op_grads import GRADS, NOT_DIFFERENTIABLE
 
 
@@ -29,6 +29,11 @@ class ForwardState(GradState):
         self.tan_tas = {}        # TensorArray node -> (tangent handle, tangent flow)
         self.tan_stacks = {}     # StackV2 node -> tangent stack
         self.order = {name: k for k, name in enumerate(self.graph.nodes)}
+        self.waiters = {}        # node -> the nodes that have it as a control input (before the sweep)
+        for n in self.graph.nodes.values():
+            for c in n.control_inputs:
+                self.waiters.setdefault(c, []).append(n.name)
+        self.stack_pushes = {}   # StackV2 node -> its StackPush nodes
         # Merges of a value computed in a cond branch with a dummy from the other one, which the reverse mode
         # builds to save the value on a stack (GradState.lift): a unit of the cond's outer context
         loop_merges = {m.node for L in b.loops.values() for m in L.merges}
@@ -57,14 +62,12 @@ class ForwardState(GradState):
 
     def compute_units(self, x_refs, y_refs):
         graph, nodes = self.graph, self.graph.nodes
-        cons, pushes, pops = {}, {}, {}
+        cons, pushes, pops = {}, self.stack_pushes, {}
         for n in nodes.values():
             for ref in n.data_inputs:
                 cons.setdefault(norm_ref(ref), []).append(n.name)
             if n.op in ("StackPush", "StackPop"):
-                from dfc.compiler.autodiff.gradients import _source
-                (pushes if n.op == "StackPush" else pops).setdefault(_source(graph, n.data_inputs[0]), []) \
-                    .append(n.name)
+                (pushes if n.op == "StackPush" else pops).setdefault(_stack_of(graph, n.name), []).append(n.name)
         fwd, seen, stack = set(), set(), list(x_refs)
         while stack:
             r = stack.pop()
@@ -170,8 +173,7 @@ class ForwardState(GradState):
     def pushed_between(self, handle_ref):
         """Whether a push on the stack behind handle_ref pushes a value with a tangent."""
         stack = _stack_of(self.graph, handle_ref, is_ref=True)
-        return any(n.op == "StackPush" and n.name in self.between and _stack_of(self.graph, n.name) == stack
-                   for n in self.graph.nodes.values())
+        return any(p in self.between for p in self.stack_pushes.get(stack, ()))
 
     # ------------------------------------------------------------ the forward sweep
     def propagate(self, C):
@@ -334,5 +336,4 @@ def _iterates(b, idents, name):
 
 def _stack_of(graph, x, is_ref=False):
     """The StackV2 node behind a push/pop node (or behind a handle ref)."""
-    from dfc.compiler.autodiff.gradients import _source
     return _source(graph, x if is_ref else graph.nodes[x].data_inputs[0])
