@@ -372,3 +372,52 @@ def test_jvp_of_a_float32_loop_inside_a_cond_branch():
         h, d = np.sin(h) * 1.1, d * np.cos(h) * 1.1
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, d, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- loop shapes the tangent variables must fit
+
+def _accumulate_from_python_zero(x, n):
+    s, i = 0.0, 0          # s's tangent starts at zero: its tangent variable starts from zeros
+    while i < n:
+        s += x * x
+        i += 1
+    return s
+
+
+def _invariant_next_value(x, n):
+    # the next value is a loop invariant: its tangent must still run once per iteration
+    return dfc.while_loop(lambda i, h: i < n, lambda i, h: (i + 1, x * 2.0), (0, x * 0.0))[1]
+
+
+def _maximum_iterations_serial(x, n):
+    return dfc.while_loop(lambda i, h: dfc.reduce_sum(h) < 100.0, lambda i, h: (i + 1, h * 1.5 + 1.0), (0, x),
+                          maximum_iterations=n, parallel_iterations=1)[1]
+
+
+def _break_out(x, n):
+    for _ in range(n):
+        if dfc.reduce_sum(x) > 3.0:
+            break
+        x = x * 1.4 + dfc.sin(x)
+    return x
+
+
+def _tensor_array_made_in_the_loop(x, n):
+    def outer(i, h):
+        ta = dfc.TensorArray(F64, size=0)
+        ta = dfc.while_loop(lambda j, ta: j < 3,
+                            lambda j, ta: (j + 1, ta.write(j, h * dfc.cast(j + 1, F64))), (0, ta))[1]
+        return i + 1, dfc.reduce_sum(ta.stack(), 0) * 0.3
+    return dfc.while_loop(lambda i, h: i < n, outer, (0, x))[1]
+
+
+def _swapped_gradient(x, n):
+    body = (lambda i, h: (i + 1, dfc.tanh(h) * 1.2))
+    h = dfc.while_loop(lambda i, h: i < n, body, (0, x), swap_memory=True)[1]
+    return dfc.gradients(dfc.reduce_sum(h ** 3.0), x)
+
+
+@pytest.mark.parametrize("f", [_accumulate_from_python_zero, _invariant_next_value, _maximum_iterations_serial,
+                               _break_out, _tensor_array_made_in_the_loop, _swapped_gradient])
+def test_loop_variants_against_finite_differences(f):
+    check(f, (X,), (V,), (np.int64(4),))
