@@ -421,3 +421,14 @@ def _swapped_gradient(x, n):
                                _break_out, _tensor_array_made_in_the_loop, _swapped_gradient])
 def test_loop_variants_against_finite_differences(f):
     check(f, (X,), (V,), (np.int64(4),))
+
+
+def test_tensor_array_with_constant_elements():
+    # element 0 does not depend on x: the tangent array must still hold (zeros) there when it is read
+    def f(x, n):
+        ta = dfc.TensorArray(F64, size=0).write(0, dfc.ones([3], F64))
+        ta = dfc.while_loop(lambda i, ta: i < n, lambda i, ta: (i + 1, ta.write(i, x * dfc.cast(i, F64))),
+                            (1, ta))[1]
+        return ta.write(n, dfc.zeros([3], F64)).stack()
+    _, t = check(f, (X,), (V,), (np.int64(3),))
+    np.testing.assert_allclose(t, [0 * V, V, 2 * V, 0 * V], rtol=1e-12)

@@ -80,6 +80,12 @@ class ForwardState(GradState):
                     continue
                 fwd.add(c)
                 stack += [f"{c}:{p}" for p in range(len(self.b.tensors.get(c, ())))]
+                if op in _TA_WRITES:
+                    # the tangent array is written wherever its array is: every write on the flow chain (a
+                    # write of a constant too, or reading its element would find nothing written)
+                    src = _ta_source(graph, nodes[c].data_inputs[0])
+                    if nodes[src].op in ("TensorArray", "TensorArrayGrad"):
+                        stack.append(f"{src}:1")
                 if op == "StackPush":     # what is pushed comes back at the pops of the same stack
                     for pop in pops.get(_stack_of(graph, c), ()):
                         fwd.add(pop)
@@ -143,9 +149,7 @@ class ForwardState(GradState):
 
     def tangent_ta(self, handle_ref):
         """(tangent handle, its first flow) of the TensorArray behind a forward handle, created once beside it."""
-        name = parse_input(handle_ref)[0]
-        while self.graph.nodes[name].op in ("Enter", "Switch", "Identity", "Merge"):
-            name = parse_input(self.graph.nodes[name].data_inputs[0])[0]
+        name = _ta_source(self.graph, handle_ref)
         node = self.graph.nodes[name]
         if node.op not in ("TensorArray", "TensorArrayGrad"):
             raise DfcError(f"forward mode (dfc.jvp) through a {node.op} handle is not supported", node=name,
@@ -217,10 +221,10 @@ class ForwardState(GradState):
             return
         if node.op in R.STACK_OPS:
             rule = R.STACK_OPS[node.op]
+        elif node.op in R.TA_OPS:       # a write without tangents still writes (zeros) to the tangent array
+            rule = R.tensor_array
         elif all(t is None for t in ts) or node.op in NOT_DIFFERENTIABLE:
             return
-        elif node.op in R.TA_OPS:
-            rule = R.tensor_array
         elif node.op in R.JVPS:
             rule = R.JVPS[node.op] or (R.multilinear if node.op == "Einsum" else R.linear_all)
         elif node.op in GRADS:
@@ -332,6 +336,17 @@ def _iterates(b, idents, name):
                 seen.add(src)
                 stack.append(src)
     return False
+
+
+_TA_WRITES = ("TensorArrayWrite", "TensorArrayUnstack", "TensorArrayScatter")
+
+
+def _ta_source(graph, handle_ref):
+    """The node that made the TensorArray behind a handle (through captures and loop variables)."""
+    name = parse_input(handle_ref)[0]
+    while graph.nodes[name].op in ("Enter", "Switch", "Identity", "Merge"):
+        name = parse_input(graph.nodes[name].data_inputs[0])[0]
+    return name
 
 
 def _stack_of(graph, x, is_ref=False):
