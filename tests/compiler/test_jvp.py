@@ -432,3 +432,27 @@ def test_tensor_array_with_constant_elements():
         return ta.write(n, dfc.zeros([3], F64)).stack()
     _, t = check(f, (X,), (V,), (np.int64(3),))
     np.testing.assert_allclose(t, [0 * V, V, 2 * V, 0 * V], rtol=1e-12)
+
+
+def test_structure_mismatch_and_rule_errors_name_the_line():
+    with pytest.raises(dfc.DfcError, match="different structures") as e:
+        dfc.jvp(lambda x: x, (X,), ({"a": V},))
+    assert "test_jvp.py" in str(e.value)
+    with pytest.raises(dfc.DfcError, match="second derivative of cumprod") as e:
+        dfc.jvp(lambda x: dfc.gradients(dfc.reduce_sum(dfc.cumprod(x)), x), (X,), (V,))
+    assert "test_jvp.py" in str(e.value)
+
+
+def test_forward_over_forward_through_cond_in_loop_survives_save_and_load(tmp_path):
+    def f(x, n):
+        def body(i, h):
+            return i + 1, dfc.cond(dfc.reduce_sum(h) > 0, lambda: dfc.sin(h) * 1.3, lambda: h * h + 0.2)
+        return dfc.while_loop(lambda i, h: i < n, body, (0, x))[1]
+    n = np.int64(4)
+    second = jvp_graph(lambda x, n: dfc.jvp(lambda x: f(x, n), (x,), (V,))[1], (X,), (V,), (n,))
+    first = jvp_graph(f, (X,), (V,), (n,))
+    eps = 1e-5
+    fd = (first(X + eps * V, V, n)[1] - first(X - eps * V, V, n)[1]) / (2 * eps)
+    np.testing.assert_allclose(second(X, V, n)[1], fd, rtol=1e-6)
+    dfc.save(second, tmp_path / "g.json")
+    np.testing.assert_array_equal(dfc.load(tmp_path / "g.json")(X, V, n)[1], second(X, V, n)[1])
