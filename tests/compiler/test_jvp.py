@@ -163,6 +163,11 @@ def test_rnn_step_loop_with_structured_primals():
     g = dfc.trace(traced, *[spec(a) for a in args])
     value, tangent = g(*args)
     assert set(value) == {"h", "loss"} and set(tangent) == {"h", "loss"}
+    eps = 1e-6
+    hi = g(args[0] + eps * args[2], args[1] + eps * args[3], *args[2:])[0]
+    lo = g(args[0] - eps * args[2], args[1] - eps * args[3], *args[2:])[0]
+    for k in ("h", "loss"):
+        np.testing.assert_allclose(tangent[k], (hi[k] - lo[k]) / (2 * eps), rtol=1e-6, atol=1e-9)
     jv, jt = jax.jvp(jf, (params,), (dparams,))
     for k in ("h", "loss"):
         np.testing.assert_allclose(value[k], jv[k], rtol=1e-10)
