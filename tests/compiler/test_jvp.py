@@ -461,3 +461,43 @@ def test_forward_over_forward_through_cond_in_loop_survives_save_and_load(tmp_pa
     np.testing.assert_allclose(second(X, V, n)[1], fd, rtol=1e-6)
     dfc.save(second, tmp_path / "g.json")
     np.testing.assert_array_equal(dfc.load(tmp_path / "g.json")(X, V, n)[1], second(X, V, n)[1])
+
+
+def test_shape_and_nn_ops_against_jax():
+    rng = np.random.default_rng(2)
+    a, da = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    idx, order = np.array([2, 0, 2]), np.argsort(rng.normal(size=(3, 4)), axis=1)
+
+    def d(a):
+        return [dfc.softmax(a), dfc.log_softmax(a, 0), dfc.log(a * a + 1.0), dfc.gather(a, idx, 1),
+                dfc.expand_dims(a, 1), dfc.squeeze(dfc.reshape(a, [3, 1, 4]), 1), dfc.unstack(a, axis=1)[2],
+                dfc.split(a, 2, axis=1)[1], dfc.take_along_axis(a, order, 1), dfc.broadcast_to(a[0], [2, 4]),
+                dfc.reduce_sum(a, 0), dfc.cast(dfc.cast(a, "float32"), F64), dfc.reciprocal(a + 3.0),
+                dfc.negative(a) - a[:, :1]]
+
+    def j(a):
+        return [jax.nn.softmax(a), jax.nn.log_softmax(a, 0), jnp.log(a * a + 1.0), jnp.take(a, idx, 1),
+                jnp.expand_dims(a, 1), jnp.squeeze(a.reshape(3, 1, 4), 1), a[:, 2], jnp.split(a, 2, axis=1)[1],
+                jnp.take_along_axis(a, order, 1), jnp.broadcast_to(a[0], (2, 4)), jnp.sum(a, 0),
+                a.astype(jnp.float32).astype(jnp.float64), 1.0 / (a + 3.0), -a - a[:, :1]]
+    _, got = dfc.jvp(d, (a,), (da,))
+    _, want = jax.jit(lambda a, da: jax.jvp(j, (a,), (da,)))(a, da)
+    for k, (x, y) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(x, y, rtol=1e-6 if k == 11 else 1e-10, atol=1e-6 if k == 11 else 1e-12,
+                                   err_msg=f"output {k}")
+
+
+def test_hessian_vector_product_through_indexing_gradients():
+    # the first gradient holds GetItemGrad, ScatterAdd and TakeAlongAxisGrad: linear in their first input
+    order = np.array([2, 0, 1])
+
+    def loss(x):
+        return dfc.reduce_sum(dfc.sin(x[1:]) * dfc.gather(x, [0, 0])) + \
+            dfc.reduce_sum(dfc.take_along_axis(x * x * x, order, 0) * x)
+
+    def jloss(x):
+        return jnp.sum(jnp.sin(x[1:]) * jnp.take(x, jnp.array([0, 0]))) + \
+            jnp.sum(jnp.take_along_axis(x ** 3, order, 0) * x)
+    _, hv = dfc.jvp(lambda x: dfc.gradients(loss(x), x), (X,), (V,))
+    _, want = jax.jvp(jax.grad(jloss), (X,), (V,))
+    np.testing.assert_allclose(hv, want, rtol=1e-10)

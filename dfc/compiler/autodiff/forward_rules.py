@@ -70,6 +70,21 @@ def _linear(*ks):
     return rule
 
 
+def linear_all(op, *ts):
+    """Concat, Stack: linear in all inputs together (zeros for an input without a tangent)."""
+    return _linear(*range(op.n_inputs))(op, *ts)
+
+
+def multilinear(op, *ts):
+    """Einsum: linear in each input separately, so the sum over inputs of the op with that one's tangent."""
+    total = None
+    for k, t in enumerate(ts):
+        if t is not None:
+            term = op.remake({k: t}, port=0)
+            total = term if total is None else total + term
+    return [total]
+
+
 def _add(op, ta, tb):
     t = ta if tb is None else tb if ta is None else K.add(ta, tb)
     return [fit(op, t)]
@@ -161,23 +176,7 @@ for _name in ("Identity Reshape Transpose ExpandDims Squeeze GetItem Gather Broa
 JVPS["ScatterAdd"] = _linear(2)
 JVPS["GetItemGrad"] = _linear(0)
 JVPS["TakeAlongAxisGrad"] = _linear(0)
-for _name in ("Concat", "Stack", "Einsum"):
-    JVPS[_name] = None      # rules below: their number of inputs varies
-
-
-def linear_all(op, *ts):
-    """Concat, Stack: linear in all inputs together (zeros for an input without a tangent)."""
-    return _linear(*range(op.n_inputs))(op, *ts)
-
-
-def multilinear(op, *ts):
-    """Einsum: linear in each input separately, so the sum over inputs of the op with that one's tangent."""
-    total = None
-    for k, t in enumerate(ts):
-        if t is not None:
-            term = op.remake({k: t}, port=0)
-            total = term if total is None else total + term
-    return [total]
+JVPS.update({"Concat": linear_all, "Stack": linear_all, "Einsum": multilinear})
 
 
 # ------------------------------------------------------------------ any op with a reverse rule

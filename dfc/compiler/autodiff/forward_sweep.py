@@ -226,7 +226,7 @@ class ForwardState(GradState):
         elif all(t is None for t in ts) or node.op in NOT_DIFFERENTIABLE:
             return
         elif node.op in R.JVPS:
-            rule = R.JVPS[node.op] or (R.multilinear if node.op == "Einsum" else R.linear_all)
+            rule = R.JVPS[node.op]
         elif node.op in GRADS:
             rule = R.transpose_vjp
         else:
