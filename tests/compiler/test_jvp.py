@@ -240,7 +240,7 @@ def test_tangent_mismatch_is_a_clear_error(tangent, match):
 def test_tangent_mismatch_in_traced_code_names_the_line():
     def traced(x, v):
         return dfc.jvp(lambda x: x * 2.0, (x,), (v,))
-    with pytest.raises(dfc.DfcError, match="tangent 0 has shape") as e:
+    with pytest.raises(dfc.DfcError, match=r"tangent 0 is float64\[2\] but its primal is float64\[3\]") as e:
         dfc.trace(traced, spec(X), dfc.TensorSpec([2], F64))
     assert "test_jvp.py" in str(e.value)
 

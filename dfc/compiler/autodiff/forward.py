@@ -81,13 +81,12 @@ def _check_tangent(p, t, k, loc):
             not isinstance(t, (np.ndarray, np.generic)):
         t = np.asarray(t, p.dtype)          # a Python number or list takes its primal's dtype
     t = convert(t)
-    if t.dtype != p.dtype:
-        raise DfcTypeError(f"jvp: tangent {k} is {t.dtype} but its primal is {p.dtype} (they must match)", loc=loc)
-    if p.shape is not None and t.shape is not None and (
-            len(p.shape) != len(t.shape) or any(a is not None and c is not None and a != c
-                                                for a, c in zip(p.shape, t.shape))):
-        raise DfcTypeError(f"jvp: tangent {k} has shape {dt.format_shape(t.shape)} but its primal has "
-                           f"{dt.format_shape(p.shape)} (they must match)", loc=loc)
+    shapes_differ = p.shape is not None and t.shape is not None and (
+        len(p.shape) != len(t.shape) or any(a is not None and c is not None and a != c
+                                            for a, c in zip(p.shape, t.shape)))
+    if t.dtype != p.dtype or shapes_differ:
+        raise DfcTypeError(f"jvp: tangent {k} is {t.dtype}{dt.format_shape(t.shape)} but its primal is "
+                           f"{p.dtype}{dt.format_shape(p.shape)} (they must match)", loc=loc)
     return t
 
 
@@ -108,8 +107,8 @@ def _run_eagerly(f, primals, tangents, loc):
                                f"a float dtype, or close over it in f to keep it constant)", loc=loc)
         t = t if isinstance(t, (np.ndarray, np.generic)) else np.asarray(t, p.dtype)
         if t.dtype != p.dtype or t.shape != p.shape:
-            raise DfcTypeError(f"jvp: tangent {k} is {t.dtype}{list(t.shape)} but its primal is "
-                               f"{p.dtype}{list(p.shape)} (they must match)", loc=loc)
+            raise DfcTypeError(f"jvp: tangent {k} is {t.dtype}{dt.format_shape(t.shape)} but its primal is "
+                               f"{p.dtype}{dt.format_shape(p.shape)} (they must match)", loc=loc)
         arrays.append((np.asarray(p), np.asarray(t)))
     specs = [TensorSpec.from_value(a) for pair in arrays for a in pair]
     key = (repr(nest.map_structure(lambda v: 0, primals)), tuple(repr(s) for s in specs))
