@@ -42,6 +42,7 @@ _LAZY.update({
     "foldl": ("dfc.compiler.functional", "foldl"),
     "function": ("dfc.compiler.autograph", "function"),
     "gradients": ("dfc.compiler.autodiff", "gradients"),
+    "jvp": ("dfc.compiler.autodiff.forward", "jvp"),
     "value_and_grad": ("dfc.compiler.autodiff", "value_and_grad"),
     "hessian": ("dfc.compiler.autodiff.higher", "hessian"),
     "hvp": ("dfc.compiler.autodiff.higher", "hvp"),
