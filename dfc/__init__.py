@@ -43,6 +43,7 @@ _LAZY.update({
     "function": ("dfc.compiler.autograph", "function"),
     "gradients": ("dfc.compiler.autodiff", "gradients"),
     "value_and_grad": ("dfc.compiler.autodiff", "value_and_grad"),
+    "custom_gradient": ("dfc.compiler.autodiff.custom_gradient", "custom_gradient"),
     "train": ("dfc.compiler.train", None),
     "nest": ("dfc.nest", None),
     "config": ("dfc.config", None),
