@@ -160,6 +160,45 @@ def test_grad_fn_reads_values_of_the_loop_around_the_loop_it_is_in():
     np.testing.assert_allclose(grad, fd, rtol=1e-6)
 
 
+def test_grad_fn_with_its_own_tensor_loop_reading_a_forward_intermediate():
+    """grad_fn's loop is traced twice (its accumulator starts as a Python 0): the intermediate e it reads
+    is routed into the gradient loop outside that loop, so the second trace does not lose the stack."""
+    @dfc.custom_gradient
+    def exp_(x):
+        e = dfc.exp(x)
+
+        def grad_fn(dy):
+            g = 0
+            k = 0
+            while k < dfc.size(e):          # a tensor loop of 2 trips, each adding half the gradient
+                g += dy * e * 0.5
+                k += 1
+            return g
+        return e, grad_fn
+
+    @dfc.function
+    def f(x, n):
+        i = 0
+        while i < n:
+            x = exp_(x) * 0.5
+            i += 1
+        return dfc.reduce_sum(x)
+
+    g = dfc.trace(lambda x, n: dfc.value_and_grad(lambda x: f(x, n))(x), dfc.TensorSpec([2], F64),
+                  dfc.TensorSpec([], I32))
+
+    def numpy_f(x):
+        for _ in range(3):
+            x = np.exp(x) * 0.5
+        return x.sum()
+    x = np.array([0.1, -0.3])
+    value, grad = run_all_modes(g, x, np.int32(3))
+    eps = 1e-6
+    np.testing.assert_allclose(value, numpy_f(x), rtol=1e-12)
+    np.testing.assert_allclose(grad, [(numpy_f(x + eps * d) - numpy_f(x - eps * d)) / (2 * eps) for d in np.eye(2)],
+                               rtol=1e-6)
+
+
 def test_in_a_converted_cond_and_with_structured_arguments_and_values():
     @dfc.custom_gradient
     def pair(p, scale):          # p: dict of tensors; scale: a static Python number (no gradient)

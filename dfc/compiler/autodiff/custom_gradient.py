@@ -35,7 +35,7 @@ class _Entry:
         self.name, self.grad_fn = name, grad_fn
         self.n_args = n_args                # leaves of the flattened positional arguments
         self.tensor_slots = tensor_slots    # positions of the tensor arguments among them
-        self.outside = outside              # (node inside the function, tensor from outside it it reads)
+        self.outside = outside              # (node made by the function, outside tensor that node reads)
 
 
 def custom_gradient(f):
@@ -58,7 +58,9 @@ def custom_gradient(f):
     Works in traced code, in dfc.function (also inside tensor loops and conds: forward tensors that
     grad_fn reads are saved for the gradient loop automatically), dfc.gradients and dfc.value_and_grad;
     the graph with the gradient saves and loads like any other. grad_fn runs when the gradient is built
-    (at trace time); a graph loaded from a file keeps the gradient it was saved with.
+    (at trace time); a graph loaded from a file keeps the gradient it was saved with. Inside a tensor
+    loop, grad_fn is called twice while the gradient loop is built (first to learn which forward tensors
+    it reads), so it should not depend on Python side effects.
     Differs from TF: grad_fn takes no `variables` argument; f must take every tensor it reads whose
     gradient is needed (a dfc.Variable included: pass its value) as an argument, or the gradient is a
     DfcError (TF would silently give such a tensor no gradient through f).
@@ -127,10 +129,10 @@ def _origin(graph, ref):
 def _reads_from_outside(b, start, xs):
     """(node, source) for each node f made that reads a tensor made before f ran, other than its arguments."""
     graph = b.graph
-    new = set(list(graph.nodes)[start:])
-    args = {_origin(graph, x.ref) for x in xs}
+    made = list(graph.nodes)[start:]
+    new, args = set(made), {_origin(graph, x.ref) for x in xs}
     out = []
-    for name in new:
+    for name in made:
         for ref in graph.nodes[name].data_inputs:
             src = _origin(graph, ref)
             if parse_input(ref)[0] not in new and src not in args:
@@ -162,17 +164,55 @@ def backprop(op, *out_grads):
 
 
 def _call_grad_fn(gs, e, fwd_ctx, upstream):
-    from dfc.compiler.autograph.calls import converted_call
-    b = gs.b
+    """grad_fn(*upstream), each forward tensor it reads routed into the gradient context.
 
-    def forward_tensor(t):
+    Inside a gradient loop, routing pushes the tensor on a stack (nodes in the forward loop, the pop in
+    the gradient loop, state in GradState) and must not happen inside a loop or cond that grad_fn itself
+    builds: such a construct may be traced again, dropping what was built in it. So there grad_fn is called
+    twice: once with stand-ins, to learn which forward tensors it reads (then dropped), and once after
+    routing each of those in the gradient context itself.
+    """
+    b, G = gs.b, gs.b.ctx
+
+    def reachable(t):
         if not gs.on_chain(t.ctx, fwd_ctx):
             raise DfcError(f"the gradient function of custom_gradient {e.name} reads tensor {t.ref}, made inside "
                            f"{t.ctx.describe()}, which the call of {e.name} does not see: compute what grad_fn "
                            f"needs from the arguments or the value", loc=user_location())
-        return gs.fwd_value(t)
+        return t
 
-    old, b.map_foreign = b.map_foreign, forward_tensor
+    if gs.grad_loop_of(G) is None:      # no stacks: a forward tensor is used where it is (no nodes made)
+        return _with_map(b, e, upstream, lambda t: gs.fwd_value(reachable(t)))
+    read, stand_ins = {}, {}
+
+    def stand_in(t):
+        if t.ref not in read:
+            read[t.ref] = reachable(t)
+            stand_ins[t.ref] = b.make1("Placeholder", (), {
+                "dtype": t.dtype, "shape": None if t.shape is None else list(t.shape)}, ctx=G)
+        return stand_ins[t.ref]
+
+    mark = b.mark()
+    try:
+        _with_map(b, e, upstream, stand_in)
+    finally:
+        b.rollback(mark)
+    routed = {ref: gs.fwd_value(t) for ref, t in read.items()}
+
+    def premapped(t):
+        hit = routed.get(t.ref)
+        if hit is None:
+            raise DfcError(f"the gradient function of custom_gradient {e.name} read tensor {t.ref} when it was "
+                           f"called again but not the first time (it is called twice while a gradient loop is "
+                           f"built): make what it reads independent of Python state", loc=user_location())
+        return hit
+
+    return _with_map(b, e, upstream, premapped)
+
+
+def _with_map(b, e, upstream, map_foreign):
+    from dfc.compiler.autograph.calls import converted_call
+    old, b.map_foreign = b.map_foreign, map_foreign
     try:
         return converted_call(e.grad_fn, tuple(upstream))
     finally:
