@@ -372,3 +372,13 @@ def test_not_returning_a_pair():
     with pytest.raises(dfc.DfcError, match=r"must return \(value, grad_fn\)") as e:
         dfc.trace(lambda x: f(x), dfc.TensorSpec([2], F32))
     assert __file__ in str(e.value)
+
+
+def test_the_xla_prototype_runs_a_graph_with_a_custom_gradient():
+    pytest.importorskip("jax")
+    from dfc.runtime.xla import to_jax
+    g = _value_and_grad_graph(_recurrence(log1pexp), dfc.TensorSpec([3], F64), dfc.TensorSpec([], I32))
+    x, n = np.array([0.3, -1.2, 2.0]), np.int32(4)
+    got, want = to_jax(g)(x, n), Session(g, mode="reference").call(x, n)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-11)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-11)
