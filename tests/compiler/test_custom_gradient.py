@@ -336,6 +336,44 @@ def test_a_tensor_read_from_outside_without_being_an_argument():
     np.testing.assert_array_equal(Session(g).call(np.ones(2, np.float32), np.full(2, 3.0, np.float32)), [3, 3])
 
 
+def test_a_differentiated_input_or_variable_read_without_being_an_argument():
+    def fn(x, w):
+        @dfc.custom_gradient
+        def f(x):
+            return x * w, lambda dy: dy * w          # w is differentiated below, but not f's argument
+        return f(x)
+
+    with pytest.raises(dfc.DfcError, match="reads tensor w:0, made outside it, and the gradient depends") as e:
+        dfc.trace(lambda x, w: dfc.gradients(fn(x, w), [x, w]), dfc.TensorSpec([2], F32), dfc.TensorSpec([2], F32))
+    assert _line(fn, "return f(x)") in str(e.value)
+
+    v = dfc.Variable(np.full(2, 3.0, np.float32))
+
+    @dfc.custom_gradient
+    def g(x):
+        w = v.read_value()
+        return x * w, lambda dy: dy * w
+
+    @dfc.custom_gradient
+    def g_arg(x, w):
+        return x * w, lambda dy: (dy * w, dy * x * 10.0)
+
+    @dfc.function
+    def h(x0, n, as_argument):
+        x = x0
+        i = 0
+        while i < n:
+            x = g_arg(x, v.read_value()) if as_argument else g(x)
+            i += 1
+        return dfc.gradients(dfc.reduce_sum(x), [x0, v])
+
+    with pytest.raises(dfc.DfcError, match="reads dfc.Variable .* and the gradient depends on it"):
+        h(np.ones(2, np.float32), np.int32(2), False)
+    gx, gv = h(np.ones(2, np.float32), np.int32(2), True)
+    np.testing.assert_allclose(gx, [9.0, 9.0])
+    np.testing.assert_allclose(gv, [3.0 * 10.0 + 1.0 * 3.0 * 10.0] * 2)    # iteration 2 (x=3), then 1 (x=1)
+
+
 def test_grad_fn_reading_a_value_from_inside_a_cond_of_the_function():
     @dfc.custom_gradient
     def f(x):

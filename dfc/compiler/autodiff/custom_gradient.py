@@ -127,12 +127,15 @@ def _origin(graph, ref):
 
 
 def _reads_from_outside(b, start, xs):
-    """(node, source) for each node f made that reads a tensor made before f ran, other than its arguments."""
+    """(node, source) for each node f made that reads a tensor made before f ran, other than its arguments
+    (and (handle, itself) for a Variable's handle f made)."""
     graph = b.graph
     made = list(graph.nodes)[start:]
     new, args = set(made), {_origin(graph, x.ref) for x in xs}
     out = []
     for name in made:
+        if graph.nodes[name].op == "VarHandle":        # a Variable first used in f: read as if from outside
+            out.append((name, (name, 0)))
         for ref in graph.nodes[name].data_inputs:
             src = _origin(graph, ref)
             if parse_input(ref)[0] not in new and src not in args:
@@ -151,11 +154,16 @@ def backprop(op, *out_grads):
                        f"exists only while the graph that called it is being traced", node=node.name,
                        loc=node.loc)
     n = node.attrs["num_values"]
+    differentiated = {_origin(gs.graph, r) for r in gs.x_refs}
     for inner, (src, port) in e.outside:
-        if inner in gs.between and src in gs.between:
-            raise DfcError(f"custom_gradient function {e.name} reads tensor {src}:{port}, made outside it, "
-                           f"and the gradient depends on it: take it as an argument (and return its gradient "
-                           f"from grad_fn), or the gradient through {e.name} would miss it", loc=node.loc)
+        needed = (src, port) in differentiated or src in gs.between
+        if needed and (inner in gs.between or inner == src):
+            what = f"dfc.Variable {src}" if gs.graph.nodes[src].op == "VarHandle" else \
+                f"tensor {src}:{port}, made outside it,"
+            raise DfcError(f"custom_gradient function {e.name} reads {what} "
+                           f"and the gradient depends on it: take its value as an argument (and return its "
+                           f"gradient from grad_fn), or the gradient through {e.name} would miss it",
+                           loc=node.loc)
     upstream = [g if g is not None else gs.zeros_for(op.output(p)) for p, g in enumerate(out_grads)]
     xs = [op.input(k) for k in range(n, op.n_inputs)]
     got = _call_grad_fn(gs, e, op.output(0).ctx, upstream)
