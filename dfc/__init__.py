@@ -46,6 +46,7 @@ _LAZY.update({
     "value_and_grad": ("dfc.compiler.autodiff", "value_and_grad"),
     "hessian": ("dfc.compiler.autodiff.higher", "hessian"),
     "hvp": ("dfc.compiler.autodiff.higher", "hvp"),
+    "custom_gradient": ("dfc.compiler.autodiff.custom_gradient", "custom_gradient"),
     "train": ("dfc.compiler.train", None),
     "nest": ("dfc.nest", None),
     "config": ("dfc.config", None),

@@ -125,6 +125,9 @@ class Builder:
         self.variables = {}
         self.tensors = {}         # node name -> its output Tensors (with their contexts); read by autodiff
         self.maybe_unset = {}     # id(tensor) -> (tensor, its "is set" flag); see autograph/unset.py
+        # While a custom gradient function runs: fn(t) -> t made usable where it is captured from a context
+        # that does not enclose it (a forward tensor seen from the gradient loop; autodiff/custom_gradient.py)
+        self.map_foreign = None
 
     def mark(self):
         """A point to roll back to when a first attempt at a cond or loop must be redone."""
@@ -223,6 +226,8 @@ def capture(t, ctx, builder, loc=None):
     while c is not None and c is not t.ctx:
         chain.append(c)
         c = c.outer
+    if c is not t.ctx and builder.map_foreign is not None:
+        return capture(builder.map_foreign(t), ctx, builder, loc)
     if c is not t.ctx:
         where = t.ctx.describe() if t.ctx is not None else "the top level"
         raise DfcError(f"tensor {t.ref} was created inside {where} and cannot be used outside it "

@@ -184,6 +184,23 @@ def _identity_infer(attrs, ins):
 
 register("Identity", ("x",), 1, {}, _identity_infer)
 register("StopGradient", ("x",), 1, {}, _identity_infer)
+
+
+def _custom_gradient_infer(attrs, ins):
+    n = attrs["num_values"]
+    if not 1 <= n <= len(ins):
+        raise DfcTypeError(f"CustomGradient num_values must be between 1 and its {len(ins)} inputs, got {n}")
+    if any(t.dtype == dt.HANDLE for t in ins):
+        raise DfcTypeError("CustomGradient takes tensors, not resource handles")
+    return [TType(t.dtype, t.shape) for t in ins[:n]]      # no static value: the marker must stay in the graph
+
+
+# Forwards its first num_values inputs (a custom_gradient function's values); the other inputs are the
+# function's tensor arguments, there so the reverse sweep reaches them from the marker, whose gradient rule
+# (dfc/compiler/autodiff/custom_gradient.py) calls the user's gradient function instead of differentiating
+# the values' computation.
+register("CustomGradient", ("*inputs",), lambda a, n: a["num_values"], {"num_values": ("int", REQUIRED)},
+         _custom_gradient_infer)
 register("Cast", ("x",), 1, {"dtype": ("dtype", REQUIRED)},
          lambda a, ins: _require("Cast", ins[0], dt.ALL) or [TType(a["dtype"], ins[0].shape)], heavy=True)
 

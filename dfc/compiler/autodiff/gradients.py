@@ -190,6 +190,7 @@ class GradState:
 
     # ------------------------------------------------------------ the between set
     def compute_between(self, x_refs, y_refs):
+        self.x_refs = list(x_refs)        # (custom_gradient's rule asks whether a tensor is one of them)
         graph = self.graph
         cons = {}
         for n in graph.nodes.values():

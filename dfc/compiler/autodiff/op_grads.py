@@ -15,6 +15,7 @@ from dfc.compiler import ops_api as K
 from dfc.compiler.tracing import current_builder
 from dfc.compiler.autodiff import tensor_array_grad as ta_grad
 from dfc.compiler.autodiff import linalg_grads
+from dfc.compiler.autodiff import custom_gradient
 from dfc.errors import DfcError
 
 
@@ -387,6 +388,7 @@ GRADS.update({
     "TopK": _top_k_grad,
     "Pad": _pad_grad,
     "Einsum": _einsum_grad,
+    "CustomGradient": custom_gradient.backprop,     # calls the user's grad_fn
 })
 GRADS.update(linalg_grads.GRADS)
 

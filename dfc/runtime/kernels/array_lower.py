@@ -34,6 +34,11 @@ def _identity(e):
     return [e.args[0]]
 
 
+@lowering("CustomGradient")
+def _custom_gradient(e):
+    return list(e.args[:e.node.attrs["num_values"]])
+
+
 @lowering("NoOp")
 def _noop(e):
     return []
