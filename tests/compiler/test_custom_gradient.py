@@ -420,3 +420,21 @@ def test_the_xla_prototype_runs_a_graph_with_a_custom_gradient():
     got, want = to_jax(g)(x, n), Session(g, mode="reference").call(x, n)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-11)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-11)
+
+
+def test_forward_mode_and_second_order_through_a_custom_gradient():
+    """dfc.jvp and dfc.hvp differentiate through the custom gradient (its grad_fn defines the derivative)."""
+    @dfc.custom_gradient
+    def softplus(x):
+        e = dfc.exp(x)
+
+        def grad(dy):
+            return dy * (1 - 1 / (1 + e))
+        return dfc.log(1 + e), grad
+
+    def f(x):
+        return dfc.reduce_sum(softplus(x) * x)
+    x, v = np.array([0.3, -1.2]), np.array([1.0, 2.0])
+    s = 1 / (1 + np.exp(-x))
+    np.testing.assert_allclose(dfc.jvp(f, (x,), (v,))[1], np.sum((s * x + np.log1p(np.exp(x))) * v), rtol=1e-12)
+    np.testing.assert_allclose(dfc.hvp(f, x, v), (s * (1 - s) * x + 2 * s) * v, rtol=1e-12)

@@ -107,6 +107,7 @@ class GradState:
         self.shape_cache = {}    # forward ref -> forward Shape tensor
         self.grad_tas = {}       # TensorArray node name -> (grad handle, grad flow)
         self.between = set()
+        self.x_refs = []         # what gradients() differentiates with respect to (compute_between)
         self.stack_ops = {"StackPush": [], "StackPop": []}
         self.units = {}          # forward ctx -> {unit key: (input refs, output refs)}
         self.deferred = {}       # forward MatMul -> loop_matmul.Deferred, while its gradient loop is built
