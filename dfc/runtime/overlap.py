@@ -41,10 +41,13 @@ OVERLAP_WORK = 1 << 26
 ENTER, EXIT = 3, 4      # the executor's kinds (dfc/runtime/executor.py)
 
 
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def blas_threads():
     """How many threads numpy's BLAS uses, as far as the environment says (unset: all cores)."""
     import os
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    for var in BLAS_THREAD_VARS:
         v = os.environ.get(var, "").strip()
         if v:
             try:

@@ -28,6 +28,7 @@ import threading
 
 from dfc.config import DEFAULT_LIVENESS_TIMEOUT, LIVENESS_ENV, parse_liveness_timeout  # noqa: F401 (re-exported)
 from dfc.errors import DfcError, DfcRuntimeError
+from dfc.runtime.overlap import BLAS_THREAD_VARS, blas_threads
 
 _current = contextvars.ContextVar("dfc_cluster", default=None)
 _connected = []         # clusters connected in this process and not shut down, oldest first
@@ -132,6 +133,10 @@ class Cluster:
         opts = dict(max_concurrency=64, num_cpus=0, max_restarts=0, name=None)
         if self.gpus.get(job):
             opts["num_gpus"] = self.gpus[job]
+        # Ray starts actors with OMP_NUM_THREADS=1; BLAS splits a matmul's sums by its thread count, so a
+        # task's matmul would differ in the last bits from the chief's: tasks use the chief's count.
+        threads = str(blas_threads())
+        opts["runtime_env"] = {"env_vars": {v: threads for v in BLAS_THREAD_VARS}}
         if name in self.placement:
             from dfc.runtime.cluster import placement
             opts.update(placement.ray_options(name, self.placement[name], ray.nodes()))
