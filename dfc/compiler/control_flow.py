@@ -567,7 +567,7 @@ def _body_outputs(b, call, ctx, types, oflat):
             t = capture(convert(v), ctx, b, call.loc)
         else:
             t = _const_in(b, ctx, v, types.dtypes[k] if is_weak(v) else None)
-        if not _iterates(b, ctx, t.node):
+        if not iterates(b, ctx.identities, t.node):
             t = _in_iteration(b, ctx, t)
         if t.dtype != types.dtypes[k]:
             if not (call.weak[k] and _widens(types.dtypes[k], t.dtype)):
@@ -586,12 +586,12 @@ def _body_outputs(b, call, ctx, types, oflat):
     return outs
 
 
-def _iterates(b, ctx, name):
-    """Whether node `name` of the loop body runs once per iteration: it depends (by data or control, through
-    the body's nodes) on the Identities of the loop variables. A value computed only from constant Enters
-    (the loop's inputs from outside) does not: passed to NextIteration as it is, it would also be live after
-    the loop's last iteration."""
-    idents = {t.node for t in ctx.identities}
+def iterates(b, identities, name):
+    """Whether node `name` of a loop body runs once per iteration: it depends (by data or control, through
+    the body's nodes) on `identities`, the Identities of the loop variables. A value computed only from
+    constant Enters (the loop's inputs from outside) does not: passed to NextIteration as it is, it would
+    also be live after the loop's last iteration."""
+    idents = {t.node for t in identities}
     stack, seen = [name], {name}
     while stack:
         n = stack.pop()

@@ -14,7 +14,7 @@ from dfc.ir import dtypes as dt
 from dfc.ir.dtypes import TType
 from dfc.ir.graph import parse_input
 from dfc.compiler.tracing import Tensor, capture, convert, user_location
-from dfc.compiler.control_flow import CondBranch, WhileContext, loop_builder
+from dfc.compiler.control_flow import CondBranch, WhileContext, iterates, loop_builder
 from dfc.compiler.autodiff import forward_rules as R
 from dfc.compiler.autodiff.gradients import GradState, _source, norm_ref
 from dfc.compiler.autodiff.op_grads import GRADS, NOT_DIFFERENTIABLE
@@ -304,7 +304,7 @@ class ForwardState(GradState):
             ref = norm_ref(nodes[L.next_iterations[k].node].data_inputs[0])
             t = self.tangent(ref)
             t = t if t is not None else R.zeros(self.fwd(ref))
-            if not _iterates(b, L.identities + idents, t.node):
+            if not iterates(b, L.identities + idents, t.node):
                 # a loop-invariant tangent passed to NextIteration as it is would also be live after the
                 # last iteration: run it once per iteration, as the forward loop does its invariants
                 t = b.make1("Identity", (t,), ctx=L, control=[L.pivot_name()],
@@ -317,25 +317,6 @@ class ForwardState(GradState):
         for field in ("enters", "merges", "switches", "identities", "next_iterations", "exits"):
             getattr(L.loop, field).extend(getattr(lb, field))   # the tangents are variables of the loop
         b.ctx = G
-
-
-def _iterates(b, idents, name):
-    """Whether node `name` depends on one of the loop's Identities (see control_flow._iterates)."""
-    targets = {t.node for t in idents}
-    stack, seen = [name], {name}
-    while stack:
-        n = stack.pop()
-        if n in targets:
-            return True
-        node = b.graph.nodes[n]
-        if node.op == "Enter":
-            continue
-        for r in node.inputs:
-            src = parse_input(r)[0]
-            if src not in seen:
-                seen.add(src)
-                stack.append(src)
-    return False
 
 
 _TA_WRITES = ("TensorArrayWrite", "TensorArrayUnstack", "TensorArrayScatter")
