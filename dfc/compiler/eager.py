@@ -65,7 +65,8 @@ class EagerBuilder:
         if opdef.in_executor:
             raise DfcError(f"{op} is a control-flow primitive; it runs only in a graph", loc=loc)
         node = Node(name or op.lower(), op, [], attrs, None, loc)
-        from dfc.runtime.executor import KernelContext, default_printer
+        from dfc.runtime.kernel_context import KernelContext
+        from dfc.runtime.executor import default_printer
         from dfc.runtime.kernels import kernel_for
         from dfc.runtime.limits import kernel_error
         ctx = KernelContext(printer=default_printer)     # the printer a Session uses

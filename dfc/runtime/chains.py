@@ -29,7 +29,7 @@ from dfc.runtime.limits import kernel_error
 from dfc.runtime.fused import _TAGGED_OPS     # ops whose kernels read the iteration tag (ctx.tag)
 from dfc.runtime.overlap import static_types
 
-NORMAL, MERGE, ENTER = 0, 2, 3       # the executor's kinds (dfc/runtime/executor.py)
+from dfc.ir.kinds import NORMAL, MERGE, ENTER
 
 
 class ChainKernel:

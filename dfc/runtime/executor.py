@@ -36,16 +36,15 @@ from dfc.errors import DfcDeadlockError, DfcError, DfcRuntimeError, DfcInputErro
 from dfc.ir import dtypes as dt
 from dfc.ir import ops as opreg
 from dfc.ir.graph import ROOT_FRAME, parse_input
-from dfc.runtime import checkpoints, containers
+from dfc.runtime.kernel_context import KernelContext, predicate  # noqa: F401 (re-exported)
 from dfc.runtime.devices import Predicates
 from dfc.runtime.kernels import kernel_for
 from dfc.runtime.limits import SENT, kernel_error, limit_kernel
 from dfc.runtime.values import DEAD
+from dfc.ir.kinds import NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, SEND, RECV, ASYNC, OF_PRIMITIVE
 
-NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, SEND, RECV, ASYNC = range(9)   # ASYNC: OpDef.async_kernel
 _XFER = {"Send": SEND, "Recv": RECV}
 TOKEN = np.bool_(True)    # the value a Send of a control edge carries
-_KIND = {"switch": SWITCH, "merge": MERGE, "enter": ENTER, "exit": EXIT, "next_iteration": NEXT}
 HEAVY_ELEMENTS = 16384   # below this many input elements a heavy kernel still runs inline
 
 
@@ -61,39 +60,6 @@ class Pending:
 
 
 FIRED = Pending(0, ())   # in an iteration's states: a Merge that already fired there
-
-
-class KernelContext:
-    """What a kernel may see besides its inputs.
-
-    container: name -> dfc.runtime.containers.Container, where Variables live ("" is the
-    session's default container); kernels reach state only through it.
-    memory: the device's MemoryTracker when it accounts bytes (else None);
-    swapper: the device's Swapper when stack swapping is on (dfc/runtime/memory.py);
-    files: the checkpoints.Directory that Save/Restore paths resolve in;
-    memory_limit: the session's dfc.runtime.limits.MemoryLimit (or None), for runners that make
-    their own kernels (kernel_for(node, xp, ctx.memory_limit));
-    abort: in a partition, a callable that raises Aborted once the run must stop (another partition
-    failed, or the caller was interrupted); long fused loops call it now and then.
-    trace: a dfc.runtime.trace.Trace recording the run (None: no tracing, kernels run unwrapped);
-    summary: the dfc.runtime.kernels.summary_kernels.FileWriter summary ops write to (None: nowhere);
-    progress: the progress display progress ops update (None: bars are off). Both are "auto" in a
-    context no Session made (an op run eagerly): each op then finds its writer / display itself.
-    """
-    __slots__ = ("container", "run_count", "tag", "print", "memory", "swapper", "device", "files", "memory_limit",
-                 "abort", "trace", "summary", "progress",
-                 "__weakref__")     # a MemoryLimit counts a run's stack entries until its context is gone
-
-    def __init__(self, container=None, run_count=0, printer=print, memory=None, swapper=None, device=None,
-                 files=None, memory_limit=None):
-        self.container = container or containers.get
-        self.files = files or checkpoints.Directory()
-        self.run_count, self.tag, self.print = run_count, (), printer
-        self.memory, self.swapper, self.device = memory, swapper, device
-        self.memory_limit = memory_limit
-        self.abort = None
-        self.trace = None
-        self.summary = self.progress = "auto"
 
 
 class Transport:
@@ -222,7 +188,7 @@ class Plan:
         for i, n in enumerate(self.nodes):
             opdef = opreg.get(n.op)
             fed = n.name in feed_names
-            k = NORMAL if fed else _XFER.get(n.op) or _KIND.get(opdef.kind, NORMAL)
+            k = NORMAL if fed else _XFER.get(n.op) or OF_PRIMITIVE.get(opdef.kind, NORMAL)
             if k == NORMAL and opdef.async_kernel and not fed:
                 k = ASYNC       # may wait (a queue's dequeue): completes through the completion queue
             self.kind[i] = k
@@ -896,17 +862,6 @@ class Run:
                         return f"{p.nodes[member].name} (in the chain from {p.nodes[i].name})"
                     break
         return p.nodes[i].name
-
-
-def predicate(v, node, truth=None):
-    """The truth of a Switch predicate, which must be one bool (a loaded graph's types may say it is);
-    `truth`: a devices.Predicates that brings device values to the host once."""
-    try:
-        return bool(v) if truth is None else truth(v)
-    except (ValueError, TypeError):
-        raise DfcRuntimeError(f"{node.op} predicate must be a scalar bool, got "
-                              f"{getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', ()))}",
-                              node=node.name, loc=node.loc) from None
 
 
 def _declared_types(graph, fetches):

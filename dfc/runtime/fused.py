@@ -18,7 +18,7 @@ from dfc.runtime import gpu_fusion
 from dfc.runtime.limits import kernel_error
 from dfc.runtime.values import DEAD
 
-NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT = range(6)
+from dfc.ir.kinds import NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT
 # kernels that read ctx.tag: random draws, and TensorArray writes (keys of gradient sums)
 _TAGGED_OPS = frozenset({"RandomUniform", "RandomNormal", "TensorArrayWrite", "TensorArrayUnstack",
                          "TensorArrayScatter"})

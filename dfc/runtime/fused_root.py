@@ -16,8 +16,9 @@ accounting, traced, or in a partition; and in a run with a kernel pool while the
 big enough to overlap (executor.Run decides that from the runs it schedules).
 """
 from dfc.runtime import emit as E
-from dfc.runtime.fused import (ENTER, EXIT, NEXT, SWITCH, FrameAnalysis, FrameProgram, NotFusable,
-                               _NOT_FUSABLE, _TAGGED_OPS, _toposort, call_frame)
+from dfc.ir.kinds import ENTER, EXIT, NEXT, SWITCH
+from dfc.runtime.fused import (FrameAnalysis, FrameProgram, NotFusable, _NOT_FUSABLE, _TAGGED_OPS, _toposort,
+                               call_frame)
 from dfc.ir import ops as opreg
 from dfc.runtime.values import DEAD
 

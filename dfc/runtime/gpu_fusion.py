@@ -34,6 +34,7 @@ Off with DFC_FUSE_ELEMENTWISE=0 (read when a Session builds its plans); never on
 import numpy as np
 
 from dfc import config
+from dfc.ir.kinds import NORMAL
 from dfc.runtime import emit as E
 from dfc.runtime.limits import kernel_error
 
@@ -175,7 +176,7 @@ def group(prog, order, deps, body, maybe_dead, producer, inplace):
             return False
         i = it[1]
         op = p.nodes[i].op
-        return (op in TEMPLATES and p.kind[i] == 0 and i not in inplace and not p.ctrl_ins[i]
+        return (op in TEMPLATES and p.kind[i] == NORMAL and i not in inplace and not p.ctrl_ins[i]
                 and len(p.out_edges[i]) == 1 and len(p.ins[i]) == TEMPLATES[op][0]
                 and (op in _PASS or op == "Cast" or getattr(p.kern[i], "direct", None) is not None))
 

@@ -38,7 +38,7 @@ from dfc.ir import ops as opreg
 # matmul's worth of independent work (benchmarks/parallel_iterations.py measures both sides).
 OVERLAP_WORK = 1 << 26
 
-ENTER, EXIT = 3, 4      # the executor's kinds (dfc/runtime/executor.py)
+from dfc.ir.kinds import ENTER, EXIT
 
 
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -46,11 +46,11 @@ import numpy as np
 from dfc.errors import DfcDeadlockError, DfcError, DfcGraphError, DfcInputError, DfcRuntimeError
 from dfc.ir import ops as opreg
 from dfc.ir.graph import ROOT_FRAME, parse_input
-from dfc.runtime.executor import KernelContext, predicate
+from dfc.runtime.kernel_context import KernelContext, predicate
 from dfc.runtime.kernels import kernel_for
 from dfc.runtime.limits import kernel_error
 
-NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT = "normal", "switch", "merge", "enter", "exit", "next_iteration"
+from dfc.ir.kinds import NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, OF_PRIMITIVE
 
 
 class FrameInstance:
@@ -118,7 +118,7 @@ class Interpreter:
                 self.exits_of[self.frame_of[name]].append(name)
 
     def kind(self, name):
-        return NORMAL if name in self.feeds else opreg.get(self.graph.nodes[name].op).kind or NORMAL
+        return NORMAL if name in self.feeds else OF_PRIMITIVE.get(opreg.get(self.graph.nodes[name].op).kind, NORMAL)
 
     # ------------------------------------------------------------------ running
     def run(self):

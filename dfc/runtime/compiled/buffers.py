@@ -37,7 +37,7 @@ import math
 
 from dfc import config
 from dfc.runtime import emit as E
-from dfc.runtime.fused import EXIT, NEXT, SWITCH
+from dfc.ir.kinds import EXIT, NEXT, SWITCH
 from dfc.runtime.kernels.lowering import scalar_type
 
 ENABLED = config.env("DFC_COMPILED_BUFFERS")

@@ -17,7 +17,8 @@ filled with the emitter's identifiers (v<node>_<port>, d<node>_<port>, it<frame>
 names; comments name nodes and frames by index.
 """
 from dfc.runtime import emit as E
-from dfc.runtime.fused import ENTER, EXIT, MERGE, NEXT, SWITCH, FrameProgram
+from dfc.ir.kinds import ENTER, EXIT, MERGE, NEXT, SWITCH
+from dfc.runtime.fused import FrameProgram
 from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type
 from dfc.runtime.compiled.buffers import RESHAPES, LoopBuffers
 from dfc.runtime.kernels import (array_lower, math_lower, numpy_lower, random_lower,  # noqa: F401

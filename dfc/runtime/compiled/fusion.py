@@ -24,7 +24,7 @@ $DFC_COMPILED_FUSION=0 turns grouping off (every op computed on its own, as a be
 
 from dfc import config
 from dfc.runtime import emit as E
-from dfc.runtime.fused import ENTER, EXIT, MERGE, NEXT, SWITCH
+from dfc.ir.kinds import ENTER, EXIT, MERGE, NEXT, SWITCH
 from dfc.runtime.kernels.lowering import LOWERINGS, Unsupported, scalar_type as st
 from dfc.runtime.kernels.math_lower import NATIVE, elementwise
 

@@ -30,9 +30,9 @@ from jax import lax
 
 from dfc.ir import ops as opreg
 from dfc.runtime import emit as E
-from dfc.runtime.executor import KernelContext
-from dfc.runtime.fused import (_TAGGED_OPS, MERGE, NEXT, SWITCH, FrameProgram, NotFusable,
-                               _toposort)
+from dfc.runtime.kernel_context import KernelContext
+from dfc.ir.kinds import MERGE, NEXT, SWITCH
+from dfc.runtime.fused import _TAGGED_OPS, FrameProgram, NotFusable, _toposort
 from dfc.runtime.kernels.registry import host
 from dfc.runtime.xla import jops
 from dfc.runtime.xla.jops import NotLowerable
