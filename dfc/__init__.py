@@ -43,6 +43,8 @@ _LAZY.update({
     "function": ("dfc.compiler.autograph", "function"),
     "gradients": ("dfc.compiler.autodiff", "gradients"),
     "value_and_grad": ("dfc.compiler.autodiff", "value_and_grad"),
+    "recompute_grad": ("dfc.compiler.autodiff.recompute", "recompute_grad"),
+    "gradient_memory": ("dfc.compiler.autodiff.recompute", "gradient_memory"),
     "train": ("dfc.compiler.train", None),
     "nest": ("dfc.nest", None),
     "config": ("dfc.config", None),
