@@ -217,9 +217,11 @@ def _all_fit(gs, c, state):
     L = state.L
     hit = c.all_fit.get(L.frame_name)
     if hit is None:
+        idents = {i.node for i in L.identities}
         total = sum(_nbytes(o) for name in gs.between for o in gs.b.tensors.get(name, ())
-                    if o.ctx is L and o.dtype in FLOATS)
-        total += sum(_nbytes(i) for i in L.identities if i.dtype in FLOATS)
+                    if o.ctx is L and o.dtype in FLOATS and name not in idents and
+                    opreg.get(gs.graph.nodes[name].op).kind == "normal")
+        total += sum(_nbytes(i) for i in L.identities)
         hit = c.all_fit[L.frame_name] = total <= c.policy.per_iteration
     return hit
 
