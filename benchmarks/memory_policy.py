@@ -25,7 +25,6 @@ import os
 import statistics
 import time
 
-import numpy as np
 
 import dfc
 from benchmarks.lstm import lstm_loss
@@ -83,7 +82,18 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    old = os.environ.get("DFC_BATCH_LOOP_GRADS")
     os.environ["DFC_BATCH_LOOP_GRADS"] = "0"
+    try:
+        return _run(args)
+    finally:
+        if old is None:
+            del os.environ["DFC_BATCH_LOOP_GRADS"]
+        else:
+            os.environ["DFC_BATCH_LOOP_GRADS"] = old
+
+
+def _run(args):
     cap = int(args.capacity_mb * (1 << 20))
     policies = args.policies.split(",")
     rows = []

@@ -188,3 +188,15 @@ def test_bad_options_are_refused_clearly():
 
 def test_outside_any_graph_recompute_grad_just_calls_f():
     assert dfc.recompute_grad(lambda x: x * 2)(np.float64(3.0)) == 6.0
+
+
+def test_the_memory_policy_benchmark_runs_tiny():
+    """The LSTM step of benchmarks/memory_policy.py: out of memory with stacks where recomputation fits (its
+    values are too small to swap), the gradients checked against numpy's backprop inside the benchmark."""
+    from benchmarks import memory_policy
+    res = memory_policy.main(["--hidden", "8", "--batch", "2", "--lengths", "5,40", "--capacity-mb", "0.025",
+                              "--reps", "1"])
+    short, long = res["rows"]
+    assert all(short[p]["result"] == "ok" for p in memory_policy.POLICIES)
+    assert long["stack"]["result"] == "OOM" and long["recompute"]["result"] == "ok"
+    assert long["recompute"]["pushes_per_iteration"] < short["stack"]["pushes_per_iteration"]

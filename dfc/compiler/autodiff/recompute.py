@@ -14,8 +14,10 @@ that, both decided while the gradient is built:
       "recompute"  re-emit the value in the gradient loop from the loop's state and invariants;
       "budget"     stack while the values pushed per iteration fit `budget / iterations` bytes; past that,
                    recompute a value of a cheap producer (work in proportion to its size: elementwise,
-                   slicing, concat) and swap the output of an expensive one (a matmul, an einsum).
-                   A cheap value whose inputs are saved already is always recomputed (it costs no memory).
+                   slicing, concat) when what its recomputation must save takes no more bytes than it does,
+                   and swap the others (the output of an expensive op: a matmul, an einsum). A cheap value
+                   computed from saved values only (or from the loop's variables) is always recomputed: it
+                   costs no memory. When every value the gradient could ask for fits, all are stacked.
 
 Only pure nodes are re-emitted: ordinary ops that are not stateful, built directly in the forward loop's
 body. Everything else a recomputation reaches is saved instead: the loop's variables, values inside a
@@ -44,6 +46,8 @@ POLICIES = ("stack", "swap", "recompute", "budget")
 # A producer is cheap to recompute when its work is at most this many operations per output element
 # (the registry's cost model; ops without one do work in proportion to their outputs).
 CHEAP_WORK_PER_ELEMENT = 4
+# A re-emitted Const is a copy of its value in the graph: bigger ones are saved instead.
+MAX_CONST_ELEMENTS = 1024
 
 _regions = weakref.WeakKeyDictionary()   # Builder -> names of nodes built inside recompute_grad blocks
 _local = threading.local()
@@ -159,7 +163,9 @@ def saved_value(gs, state, t):
     if t.node in c.region or policy == "recompute":
         return _recompute(gs, c, state, t)
     if policy == "budget" and _cheap(gs, t) and not _all_fit(gs, c, state):
-        if _free(gs, c, state, t) or not _fits(c, state, t):
+        if _free(gs, c, state, t):
+            return _recompute(gs, c, state, t)
+        if not _fits(c, state, t) and _new_bytes(gs, c, state, t, set()) <= _nbytes(t):
             return _recompute(gs, c, state, t)
     return _save(gs, c, state, t)
 
@@ -194,7 +200,10 @@ def _pure(gs, L, t):
         return False
     if t.node in {i.node for i in L.identities}:
         return False
-    op = opreg.get(gs.graph.nodes[t.node].op)
+    node = gs.graph.nodes[t.node]
+    if node.op == "Const" and np.size(node.attrs.get("value")) > MAX_CONST_ELEMENTS:
+        return False
+    op = opreg.get(node.op)
     return op.kind == "normal" and not op.stateful and not op.in_executor
 
 
@@ -245,6 +254,19 @@ def _free(gs, c, state, t):
         hit = c.free[key] = _pure(gs, L, t) and _cheap(gs, t) and all(
             _free(gs, c, state, gs.tensor(r)) for r in gs.graph.nodes[t.node].data_inputs)
     return hit
+
+
+def _new_bytes(gs, c, state, t, seen):
+    """The bytes a step would push to recompute cheap value t: the values its recomputation reaches that are
+    neither free nor cheap (they would be saved)."""
+    total = 0
+    for r in gs.graph.nodes[t.node].data_inputs:
+        u = gs.source_value(gs.tensor(r))
+        if u.ref in seen or _free(gs, c, state, u):
+            continue
+        seen.add(u.ref)
+        total += _new_bytes(gs, c, state, u, seen) if _pure(gs, state.L, u) and _cheap(gs, u) else _nbytes(u)
+    return total
 
 
 def _fits(c, state, t):
