@@ -81,7 +81,10 @@ def gradient_memory(policy="budget", budget=None, iterations=None):
 
     policy: "stack" (the default outside any scope), "swap", "recompute" or "budget" (see
     dfc/compiler/autodiff/recompute.py). The choice is made when the gradient graph is built, so it is
-    part of the graph (saved with it); a Session's memory_limit is what the run is then checked against.
+    part of the graph (saved with it); a dfc.function traced inside the scope keeps it for later calls. A
+    Session's memory_limit or memory_caps is what the run is then checked against. Swapping happens on
+    devices with a capacity (accel, gpu; values of at least the Session's swap_min_bytes): on cpu a
+    swappable stack is an ordinary stack, so there "recompute" and a budget are what save memory.
     Values of dfc.recompute_grad blocks are recomputed under every policy.
     """
     return _scope(MemoryPolicy(policy, budget, iterations))
