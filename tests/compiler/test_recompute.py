@@ -200,3 +200,22 @@ def test_the_memory_policy_benchmark_runs_tiny():
     assert all(short[p]["result"] == "ok" for p in memory_policy.POLICIES)
     assert long["stack"]["result"] == "OOM" and long["recompute"]["result"] == "ok"
     assert long["recompute"]["pushes_per_iteration"] < short["stack"]["pushes_per_iteration"]
+
+
+def test_the_recompute_policy_saves_a_small_value_rather_than_the_big_one_it_would_need():
+    """Recomputing sum(noise) would save the draw `noise` (a draw is saved, never redrawn): the policy saves
+    the sum instead; likewise a Shape is saved, not recomputed from the tensor it describes."""
+    def f(x, policy):
+        def body(i, s):
+            noise = dfc.random_uniform(dfc.shape(x), dtype=F64, seed=3)
+            return i + 1, s + dfc.reduce_sum(noise) * dfc.reduce_sum(x * s)
+        y = dfc.while_loop(lambda i, s: i < 4, body, (0, dfc.constant(1.0, F64)))[1]
+        with dfc.gradient_memory(policy):
+            return y, dfc.gradients(y, [x])[0]
+    g = dfc.trace(lambda x: f(x, "recompute"), dfc.TensorSpec([None], F64))
+    assert pushed(g) == ["Identity", "Shape", "Sum"]
+    x = np.array([0.1, -0.3, 0.2])
+    want = dfc.Session(dfc.trace(lambda x: f(x, "stack"), dfc.TensorSpec([None], F64))).call(x)
+    got = dfc.Session(g).call(x)           # each Session's first run: the same draws
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-13)

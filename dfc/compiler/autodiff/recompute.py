@@ -11,7 +11,9 @@ that, both decided while the gradient is built:
 
       "stack"      push on a stack (the default);
       "swap"       push on a stack that may be swapped to host (dfc/runtime/memory.py);
-      "recompute"  re-emit the value in the gradient loop from the loop's state and invariants;
+      "recompute"  re-emit the value in the gradient loop from the loop's state and invariants, unless
+                   what its recomputation must save (a random draw, a value inside a cond) takes more
+                   bytes than the value (the sum of a draw is saved, not the draw);
       "budget"     stack while the values pushed per iteration fit `budget / iterations` bytes; past that,
                    recompute a value of a cheap producer (work in proportion to its size: elementwise,
                    slicing, concat) when what its recomputation must save takes no more bytes than it does,
@@ -48,6 +50,9 @@ POLICIES = ("stack", "swap", "recompute", "budget")
 CHEAP_WORK_PER_ELEMENT = 4
 # A re-emitted Const is a copy of its value in the graph: bigger ones are saved instead.
 MAX_CONST_ELEMENTS = 1024
+# Saved rather than recomputed: a few integers, and recomputing one would need the (big) tensor it describes
+# (the gradient saves Shape(t) instead of t where it needs only t's shape).
+_METADATA = frozenset(("Shape", "Size", "Rank"))
 
 _regions = weakref.WeakKeyDictionary()   # Builder -> names of nodes built inside recompute_grad blocks
 _local = threading.local()
@@ -163,12 +168,14 @@ def saved_value(gs, state, t):
     if t.ref in state.saved or not _pure(gs, state.L, t):
         return _save(gs, c, state, t)
     policy = c.policy.policy if c.policy is not None else "stack"
-    if t.node in c.region or policy == "recompute":
+    if t.node in c.region:
+        return _recompute(gs, c, state, t)
+    if policy == "recompute" and _new_bytes(gs, c, state, t, set(), _pure) <= _nbytes(t):
         return _recompute(gs, c, state, t)
     if policy == "budget" and _cheap(gs, t) and not _all_fit(gs, c, state):
         if _free(gs, c, state, t):
             return _recompute(gs, c, state, t)
-        if not _fits(c, state, t) and _new_bytes(gs, c, state, t, set()) <= _nbytes(t):
+        if not _fits(c, state, t) and _new_bytes(gs, c, state, t, set(), _pure_and_cheap) <= _nbytes(t):
             return _recompute(gs, c, state, t)
     return _save(gs, c, state, t)
 
@@ -204,7 +211,7 @@ def _pure(gs, L, t):
     if t.node in {i.node for i in L.identities}:
         return False
     node = gs.graph.nodes[t.node]
-    if node.op == "Const" and np.size(node.attrs.get("value")) > MAX_CONST_ELEMENTS:
+    if node.op in _METADATA or (node.op == "Const" and np.size(node.attrs.get("value")) > MAX_CONST_ELEMENTS):
         return False
     op = opreg.get(node.op)
     return op.kind == "normal" and not op.stateful and not op.in_executor
@@ -223,6 +230,17 @@ def _cheap(gs, t):
     return work <= CHEAP_WORK_PER_ELEMENT * elems
 
 
+def _available(gs, c, state, t):
+    """Whether the gradient loop has t (source_value'd) at no new cost: already saved or recomputed, a loop
+    variable (the gradients of the ops that read it save it), a loop invariant or a value from outside."""
+    if gs.on_chain(t.ctx, state.grad_loop):
+        return True
+    L = state.L
+    if t.ctx is L and t.node in {m.node for m in L.merges} | {i.node for i in L.identities}:
+        return True
+    return t.ref in state.saved or (state.grad_loop.frame_name, t.ref) in c.recomputed
+
+
 def _all_fit(gs, c, state):
     """Whether every value of the loop's body that the gradient could ask for fits the budget (then plain
     stacks, the fastest, hold them all)."""
@@ -239,17 +257,12 @@ def _all_fit(gs, c, state):
 
 
 def _free(gs, c, state, t):
-    """Whether the gradient loop can have t without pushing anything a gradient would not push anyway:
-    t is already saved or recomputed, a loop variable (the gradients of the ops that read it save it), a
-    loop invariant, a value from outside the loop, or a cheap pure value of such values."""
+    """Whether the gradient loop can have t without pushing anything a gradient would not push anyway: t is
+    available (_available) or a cheap pure value of such values."""
     t = gs.source_value(t)
-    if gs.on_chain(t.ctx, state.grad_loop):
+    if _available(gs, c, state, t):
         return True
     L = state.L
-    if t.ctx is L and t.node in {m.node for m in L.merges} | {i.node for i in L.identities}:
-        return True
-    if t.ref in state.saved or (state.grad_loop.frame_name, t.ref) in c.recomputed:
-        return True
     key = (L.frame_name, t.node)
     hit = c.free.get(key)
     if hit is None:
@@ -259,17 +272,21 @@ def _free(gs, c, state, t):
     return hit
 
 
-def _new_bytes(gs, c, state, t, seen):
-    """The bytes a step would push to recompute cheap value t: the values its recomputation reaches that are
-    neither free nor cheap (they would be saved)."""
+def _new_bytes(gs, c, state, t, seen, through):
+    """The bytes a step would push to recompute t, recomputing the values `through` accepts on the way: the
+    values its recomputation reaches that are neither available (_available) nor recomputed."""
     total = 0
     for r in gs.graph.nodes[t.node].data_inputs:
         u = gs.source_value(gs.tensor(r))
-        if u.ref in seen or _free(gs, c, state, u):
+        if u.ref in seen or _available(gs, c, state, u):
             continue
         seen.add(u.ref)
-        total += _new_bytes(gs, c, state, u, seen) if _pure(gs, state.L, u) and _cheap(gs, u) else _nbytes(u)
+        total += _new_bytes(gs, c, state, u, seen, through) if through(gs, state.L, u) else _nbytes(u)
     return total
+
+
+def _pure_and_cheap(gs, L, t):
+    return _pure(gs, L, t) and _cheap(gs, t)
 
 
 def _fits(c, state, t):
