@@ -219,3 +219,24 @@ def test_the_recompute_policy_saves_a_small_value_rather_than_the_big_one_it_wou
     got = dfc.Session(g).call(x)           # each Session's first run: the same draws
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1], rtol=1e-13)
+
+
+@pytest.mark.parametrize("policy", ["recompute", "budget"])
+def test_a_long_chain_of_recomputed_ops_does_not_recurse(policy):
+    """A loop body chaining 150 ops: the recomputation walks them with explicit stacks (recursing, it passed
+    Python's recursion limit)."""
+    def f(x):
+        def body(i, h):
+            for _ in range(150):
+                h = dfc.sin(h) * 0.99
+            return i + 1, h
+        y = dfc.reduce_sum(dfc.while_loop(lambda i, h: i < 2, body, (0, x))[1])
+        with dfc.gradient_memory(policy, **({"budget": 100, "iterations": 2} if policy == "budget" else {})):
+            return y, dfc.gradients(y, [x])[0]
+    g = dfc.trace(f, dfc.TensorSpec([3], F64))
+    assert pushed(g) == ["Identity"]
+    x = h = np.array([0.5, -0.2, 1.0])
+    want = np.ones(3)
+    for _ in range(300):        # d/dx of h <- 0.99 sin(h), 300 times
+        want, h = want * 0.99 * np.cos(h), 0.99 * np.sin(h)
+    np.testing.assert_allclose(dfc.Session(g).call(x)[1], want, rtol=1e-12)

@@ -146,7 +146,7 @@ class _Choices:
         self.region = _regions.get(gs.b, ())
         self.recomputed = {}     # (gradient loop frame, forward ref) -> tensor in the gradient loop
         self.pushed = {}         # forward loop frame -> bytes its stacks take per iteration
-        self.free = {}           # (forward loop frame, node) -> whether recomputing it pushes nothing new
+        self.decided = {}        # (forward loop frame, forward ref) -> whether it is recomputed
         self.all_fit = {}        # forward loop frame -> whether all its candidate values fit the budget
 
 
@@ -161,23 +161,35 @@ def saved_value(gs, state, t):
     """Forward value t of the loop `state` differentiates, as a tensor of its gradient loop: popped from a
     stack (swapped or not) or recomputed there."""
     c = _choices(gs)
-    GL = state.grad_loop
-    hit = c.recomputed.get((GL.frame_name, t.ref))
+    hit = c.recomputed.get((state.grad_loop.frame_name, t.ref))
     if hit is not None:
         return hit
+    if _recomputes(gs, c, state, t):
+        return _recompute(gs, c, state, t)
+    return _save(gs, c, state, t)
+
+
+def _recomputes(gs, c, state, t):
+    """Whether forward value t (source_value'd) is recomputed rather than saved; decided once per value."""
+    key = (state.L.frame_name, t.ref)
+    hit = c.decided.get(key)
+    if hit is None:
+        hit = c.decided[key] = _decide(gs, c, state, t)
+    return hit
+
+
+def _decide(gs, c, state, t):
     if t.ref in state.saved or not _pure(gs, state.L, t):
-        return _save(gs, c, state, t)
+        return False
     policy = c.policy.policy if c.policy is not None else "stack"
     if t.node in c.region:
-        return _recompute(gs, c, state, t)
-    if policy == "recompute" and _new_bytes(gs, c, state, t, set(), _pure) <= _nbytes(t):
-        return _recompute(gs, c, state, t)
+        return True
+    if policy == "recompute":
+        return _new_bytes(gs, c, state, t, _pure) <= _nbytes(t)
     if policy == "budget" and _cheap(gs, t) and not _all_fit(gs, c, state):
-        if _free(gs, c, state, t):
-            return _recompute(gs, c, state, t)
-        if not _fits(c, state, t) and _new_bytes(gs, c, state, t, set(), _pure_and_cheap) <= _nbytes(t):
-            return _recompute(gs, c, state, t)
-    return _save(gs, c, state, t)
+        return _free(gs, c, state, t) or (
+            not _fits(c, state, t) and _new_bytes(gs, c, state, t, _pure_and_cheap) <= _nbytes(t))
+    return False
 
 
 def _save(gs, c, state, t):
@@ -192,15 +204,31 @@ def _save(gs, c, state, t):
 
 
 def _recompute(gs, c, state, t):
-    """Re-emit t's node in the gradient loop, its inputs taken as the gradient takes any forward value."""
+    """Re-emit t's node in the gradient loop, its inputs taken as the gradient takes any forward value.
+
+    Inputs that are recomputed too are re-emitted first, deepest first, with an explicit stack: a long
+    chain of recomputed ops does not recurse."""
     b, GL = gs.b, state.grad_loop
-    node = gs.graph.nodes[t.node]
-    ins = [gs.fwd_value(gs.tensor(r), GL) for r in node.data_inputs]
-    outs = b.make(node.op, ins, dict(node.attrs), ctx=GL, name=b.unique(f"{t.node}_recompute"))
-    b.graph.nodes[outs[0].node].device = node.device
-    for p, o in enumerate(outs):
-        c.recomputed[(GL.frame_name, f"{t.node}:{p}")] = o
-    return outs[t.port]
+    todo = [t]
+    while todo:
+        v = todo[-1]
+        if (GL.frame_name, v.ref) in c.recomputed:
+            todo.pop()
+            continue
+        node = gs.graph.nodes[v.node]
+        srcs = [gs.source_value(gs.tensor(r)) for r in node.data_inputs]
+        first = [u for u in srcs if (GL.frame_name, u.ref) not in c.recomputed and u.ctx is state.L and
+                 _recomputes(gs, c, state, u)]
+        if first:
+            todo.extend(first)
+            continue
+        todo.pop()
+        ins = [gs.fwd_value(gs.tensor(r), GL) for r in node.data_inputs]
+        outs = b.make(node.op, ins, dict(node.attrs), ctx=GL, name=b.unique(f"{v.node}_recompute"))
+        b.graph.nodes[outs[0].node].device = node.device
+        for p, o in enumerate(outs):
+            c.recomputed[(GL.frame_name, f"{v.node}:{p}")] = o
+    return c.recomputed[(GL.frame_name, t.ref)]
 
 
 def _pure(gs, L, t):
@@ -258,30 +286,42 @@ def _all_fit(gs, c, state):
 
 def _free(gs, c, state, t):
     """Whether the gradient loop can have t without pushing anything a gradient would not push anyway: t is
-    available (_available) or a cheap pure value of such values."""
+    available (_available) or a cheap pure value of such values. (An explicit stack, not recursion: a
+    loop body may chain many ops.)"""
     t = gs.source_value(t)
-    if _available(gs, c, state, t):
-        return True
-    L = state.L
-    key = (L.frame_name, t.node)
-    hit = c.free.get(key)
-    if hit is None:
-        c.free[key] = False      # (a cycle cannot happen inside one iteration; this only bounds the walk)
-        hit = c.free[key] = _pure(gs, L, t) and _cheap(gs, t) and all(
-            _free(gs, c, state, gs.tensor(r)) for r in gs.graph.nodes[t.node].data_inputs)
-    return hit
+    memo, todo = {}, [t]
+    while todo:
+        u = todo[-1]
+        if u.ref in memo:
+            todo.pop()
+        elif _available(gs, c, state, u):
+            memo[u.ref] = True
+        elif not (_pure(gs, state.L, u) and _cheap(gs, u)):
+            memo[u.ref] = False
+        else:
+            ins = [gs.source_value(gs.tensor(r)) for r in gs.graph.nodes[u.node].data_inputs]
+            rest = [w for w in ins if w.ref not in memo]
+            if rest:
+                todo.extend(rest)
+            else:
+                memo[u.ref] = all(memo[w.ref] for w in ins)
+    return memo[t.ref]
 
 
-def _new_bytes(gs, c, state, t, seen, through):
+def _new_bytes(gs, c, state, t, through):
     """The bytes a step would push to recompute t, recomputing the values `through` accepts on the way: the
     values its recomputation reaches that are neither available (_available) nor recomputed."""
-    total = 0
-    for r in gs.graph.nodes[t.node].data_inputs:
-        u = gs.source_value(gs.tensor(r))
+    total, seen = 0, set()
+    todo = [gs.source_value(gs.tensor(r)) for r in gs.graph.nodes[t.node].data_inputs]
+    while todo:
+        u = todo.pop()
         if u.ref in seen or _available(gs, c, state, u):
             continue
         seen.add(u.ref)
-        total += _new_bytes(gs, c, state, u, seen, through) if through(gs, state.L, u) else _nbytes(u)
+        if through(gs, state.L, u):
+            todo += [gs.source_value(gs.tensor(r)) for r in gs.graph.nodes[u.node].data_inputs]
+        else:
+            total += _nbytes(u)
     return total
 
 
