@@ -70,8 +70,8 @@ class LoopGradState:
         if hit is not None:
             return hit
         v = gs.lift(t, L)
-        stack = b.make1("StackV2", (), {"elem_dtype": t.dtype, "swap_memory": L.swap_memory or swap}, ctx=gs.c0,
-                        name=b.unique(f"{L.frame_name}_stack"))
+        stack = b.make1("StackV2", (), {"elem_dtype": t.dtype, "swap_memory": L.swap_memory or swap},
+                        ctx=gs.c0, name=b.unique(f"{L.frame_name}_stack"))
         push = b.make1("StackPush", (stack, v), ctx=L, control=[self.count_ident.node],
                        name=b.unique(f"{L.frame_name}_push"))
         b.graph.add_control_input(self.count_add.node, push.node)
