@@ -47,6 +47,8 @@ _LAZY.update({
     "hessian": ("dfc.compiler.autodiff.higher", "hessian"),
     "hvp": ("dfc.compiler.autodiff.higher", "hvp"),
     "custom_gradient": ("dfc.compiler.autodiff.custom_gradient", "custom_gradient"),
+    "recompute_grad": ("dfc.compiler.autodiff.recompute", "recompute_grad"),
+    "gradient_memory": ("dfc.compiler.autodiff.recompute", "gradient_memory"),
     "train": ("dfc.compiler.train", None),
     "nest": ("dfc.nest", None),
     "config": ("dfc.config", None),

@@ -258,3 +258,13 @@ def test_hessian_of_a_variable_through_a_loop():
         g = dfc.gradients(dfc.reduce_sum(s * s), v)
         return dfc.gradients(dfc.reduce_sum(g * g), x)
     check(f, np.array([0.2, 0.7]), np.int32(3), wrt=[0])
+
+
+def test_second_order_through_a_recomputed_block():
+    """A loop body under dfc.recompute_grad: the first gradient rebuilds the block in its gradient loop,
+    and the second gradient differentiates the rebuilt block."""
+    def f(x, n):
+        block = dfc.recompute_grad(lambda s: dfc.tanh(s * x) * dfc.sin(s) + s * 0.5)
+        s = dfc.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, block(s)), (0, x))[1]
+        return dfc.gradients(dfc.reduce_sum(s * s), x)
+    check(f, np.array([0.4, -0.9]), np.int32(4), wrt=[0])

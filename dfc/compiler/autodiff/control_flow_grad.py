@@ -60,8 +60,9 @@ class LoopGradState:
         # ... and the trip count (an Exit) is pushed by the outer loop, which waits for it.
         self.count_exit, = counter.exit_all()
 
-    def save(self, t):
-        """Push forward value t (in this loop) every iteration; return its pop in the gradient loop."""
+    def save(self, t, swap=False):
+        """Push forward value t (in this loop) every iteration; return its pop in the gradient loop.
+        swap: the stack may go to host even if the loop does not swap (recompute.py's choice)."""
         gs, L, b = self.gs, self.L, self.gs.b
         if t.ctx is L and t.node in {m.node for m in L.merges}:
             t = L.identities[[m.node for m in L.merges].index(t.node)]
@@ -69,8 +70,8 @@ class LoopGradState:
         if hit is not None:
             return hit
         v = gs.lift(t, L)
-        stack = b.make1("StackV2", (), {"elem_dtype": t.dtype, "swap_memory": L.swap_memory}, ctx=gs.c0,
-                        name=b.unique(f"{L.frame_name}_stack"))
+        stack = b.make1("StackV2", (), {"elem_dtype": t.dtype, "swap_memory": L.swap_memory or swap},
+                        ctx=gs.c0, name=b.unique(f"{L.frame_name}_stack"))
         push = b.make1("StackPush", (stack, v), ctx=L, control=[self.count_ident.node],
                        name=b.unique(f"{L.frame_name}_push"))
         b.graph.add_control_input(self.count_add.node, push.node)

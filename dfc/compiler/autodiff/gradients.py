@@ -27,6 +27,7 @@ from dfc.compiler import ops_api
 from dfc.compiler.autodiff.op_grads import GRADS, NOT_DIFFERENTIABLE
 from dfc.compiler.autodiff import stack_grad
 from dfc.compiler.autodiff.stack_grad import StackLinks
+from dfc.compiler.autodiff import recompute
 from dfc.traceback_filter import api_boundary
 
 _PASS_THROUGH = ("Enter", "Switch", "Identity")
@@ -454,8 +455,8 @@ class GradState:
                                f"gradient loop")
             # Same frame (a forward cond branch seen from its gradient branch): live exactly when used.
             return Tensor(self.b, t.node, t.port, t.ttype, g)
-        if L is GL.fwd_loop:
-            return self.loops[L.frame_name].save(t)
+        if L is GL.fwd_loop:     # stacked, swapped or recomputed (recompute.py)
+            return recompute.saved_value(self, self.loops[L.frame_name], t)
         return self.fwd_value(t, GL.outer)
 
     def fwd_shape(self, t):
