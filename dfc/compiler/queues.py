@@ -28,25 +28,15 @@ the other side effects of a dfc.function (Variable reads and assigns, prints).
 (TensorFlow's ConditionalAccumulator); `CounterBarrier` is the queue-of-tokens
 barrier that makes workers wait for each other.
 """
-import itertools
-import threading
 
 import numpy as np
 
 from dfc.errors import DfcError
 from dfc.ir import dtypes as dt
 from dfc.compiler.tracing import convert, current_builder, user_location
+from dfc.compiler.variables import UniqueNames
 
-_names = set()
-_names_lock = threading.Lock()
-
-
-def _unique_name(name):
-    with _names_lock:
-        for candidate in itertools.chain([name], (f"{name}_{k}" for k in itertools.count(1))):
-            if candidate not in _names:
-                _names.add(candidate)
-                return candidate
+_unique_name = UniqueNames().take      # queues' and accumulators' shared names (their own namespace)
 
 
 def _placement(device):

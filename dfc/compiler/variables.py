@@ -30,8 +30,6 @@ from dfc.runtime import containers
 from dfc.runtime.devices import is_device_array
 from dfc.runtime.session import convert_input
 
-_names = set()
-_names_lock = threading.Lock()
 _creation = threading.local()      # .forbidden_in: the dfc.function being retraced, if any
 update_hooks = threading.local()   # .hook(variable, op, value): takes traced updates instead of an Assign node
 
@@ -48,12 +46,21 @@ def creation_allowed(allowed, function_name):
         _creation.forbidden_in = before
 
 
-def _unique_name(name):
-    with _names_lock:
-        for candidate in itertools.chain([name], (f"{name}_{k}" for k in itertools.count(1))):
-            if candidate not in _names:
-                _names.add(candidate)
-                return candidate
+class UniqueNames:
+    """Shared names handed out in this process: a name, or name_1, name_2, ... once it is taken."""
+
+    def __init__(self):
+        self.taken, self.lock = set(), threading.Lock()
+
+    def take(self, name):
+        with self.lock:
+            for candidate in itertools.chain([name], (f"{name}_{k}" for k in itertools.count(1))):
+                if candidate not in self.taken:
+                    self.taken.add(candidate)
+                    return candidate
+
+
+_unique_name = UniqueNames().take      # Variables' shared names
 
 
 class Variable:

@@ -194,13 +194,19 @@ class ControlFlow(Converter):
         return self.mark(out, node)
 
     # ------------------------------------------------------------ while
-    def visit_While(self, node):
+    def _loop_prologue(self, node):
+        """What a converted while and for start with: the loop's state, the plain names it modifies, the
+        statements set before it (undefined initial values, the state's getter and setter)."""
         self.generic_visit(node)
         state = self._state(node, node._dfc_loop_live)
         nonlocals = self._plain_modified(node)
         out = self._undefined_inits(node)
         fns, get_name, set_name = self._state_functions(state)
         out.extend(fns)
+        return state, nonlocals, out, get_name, set_name
+
+    def visit_While(self, node):
+        state, nonlocals, out, get_name, set_name = self._loop_prologue(node)
         test_name = self.ctx.namer.new("loop_test")
         out.extend(templates.replace("""
             def test_name():
@@ -216,12 +222,7 @@ class ControlFlow(Converter):
 
     # ------------------------------------------------------------ for
     def visit_For(self, node):
-        self.generic_visit(node)
-        state = self._state(node, node._dfc_loop_live)
-        nonlocals = self._plain_modified(node)
-        out = self._undefined_inits(node)
-        fns, get_name, set_name = self._state_functions(state)
-        out.extend(fns)
+        state, nonlocals, out, get_name, set_name = self._loop_prologue(node)
         extra_name = None
         flags = getattr(node, "_dfc_extra_flags", [])
         if flags:
