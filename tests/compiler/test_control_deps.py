@@ -65,6 +65,24 @@ def test_blocks_nest_and_none_clears_them():
     assert not neither.control_inputs
 
 
+def test_a_variables_handle_made_in_a_block_does_not_wait_for_it():
+    v = dfc.Variable(np.float32(0), name="cd_first")
+    w = dfc.Variable(np.float32(3), name="cd_handle")
+
+    def f(x):
+        inc = v.assign_add(1.0)
+        with dfc.control_dependencies([inc]):
+            r = w.read_value()             # w's first use in the graph makes its handle here
+        return r + x, w.assign_add(x)      # the handle serves this assign (outside the block) too
+    g = dfc.trace(f, dfc.TensorSpec([], "float32"))
+    handle = next(n for n in g.nodes.values() if n.op == "VarHandle" and n.attrs["shared_name"] == w.shared_name)
+    init = g.nodes[handle.inputs[0].split(":")[0]]
+    assert handle.control_inputs == [] and init.inputs == []
+    read = next(n for n in g.nodes.values() if n.op == "ReadVariable" and n.inputs[0].startswith(handle.name))
+    inc = next(n.name for n in g.nodes.values() if n.op == "AssignAdd" and n.inputs[0].startswith("cd_first"))
+    assert inc in read.control_inputs
+
+
 def test_converted_code_a_dependency_from_outside_a_loop_and_a_branch():
     v = dfc.Variable(np.float32(0), name="cd_loop")
 
