@@ -60,8 +60,11 @@ def eliminate(graph, keep=(), fed=(), where=None):
     out = Graph(graph.signature.get("name", "graph"))
     out.signature, out.from_file = graph.signature, graph.from_file
     for n in graph.nodes.values():
-        if n.name not in rep:
-            out.add_node(Node(n.name, n.op, _renamed(n.inputs, rep), n.attrs, n.device, n.loc, n.var))
+        if n.name in rep:
+            continue
+        if any(parse_input(r)[0] in rep for r in n.inputs):    # (a node that reads none is shared, as folding does)
+            n = Node(n.name, n.op, _renamed(n.inputs, rep), n.attrs, n.device, n.loc, n.var)
+        out.add_node(n)
     return out, len(rep)
 
 
