@@ -122,11 +122,11 @@ class Builder:
         self.loops = {}           # frame name -> WhileContext (forward and gradient loops)
         self.lifted = {}          # Merge lifting a cond-branch value for a gradient stack -> that value's ref
         self.loop_site = LoopSite()   # the while_loop whose body is being traced (root: top level)
+        self.control_scopes = []  # open `with dfc.control_dependencies(...)` blocks (control_deps.py)
+        self.control_tokens = {}  # (node, context, pivot) -> the node that carries its control edge there
         self.variables = {}
         self.tensors = {}         # node name -> its output Tensors (with their contexts); read by autodiff
         self.maybe_unset = {}     # id(tensor) -> (tensor, its "is set" flag); see autograph/unset.py
-        self.control_scopes = []  # open `with dfc.control_dependencies(...)` blocks (control_deps.py)
-        self.control_tokens = {}  # (node, context, pivot) -> the node that carries its control edge there
 
     def mark(self):
         """A point to roll back to when a first attempt at a cond or loop must be redone."""
