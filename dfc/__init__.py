@@ -32,6 +32,7 @@ _LAZY.update({
     "Session": ("dfc.runtime.session", "Session"),
     "Tensor": ("dfc.compiler.tracing", "Tensor"), "TensorSpec": ("dfc.compiler.tracing", "TensorSpec"),
     "trace": ("dfc.compiler.api", "trace"), "device": ("dfc.compiler.api", "device"),
+    "control_dependencies": ("dfc.compiler.control_deps", "control_dependencies"),
     "cond": ("dfc.compiler.control_flow", "cond"), "while_loop": ("dfc.compiler.control_flow", "while_loop"),
     "TensorArray": ("dfc.compiler.tensor_array", "TensorArray"),
     "Variable": ("dfc.compiler.variables", "Variable"),

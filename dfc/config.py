@@ -68,6 +68,8 @@ SETTINGS = {s.name: s for s in (
             "Compiled frames reuse preallocated buffers for their values."),
     Setting("DFC_FOLD_CONSTANTS", "bool", True, "import",
             "Fold nodes whose inputs are all constants before a run."),
+    Setting("DFC_CSE", "bool", True, "import",
+            "Merge identical pure nodes (common subexpressions) before a run."),
     Setting("DFC_CHAINS", "bool", True, "use",
             "Chains of pure kernels in scheduled loop frames run as one kernel each."),
     Setting("DFC_FUSE_ELEMENTWISE", "bool", True, "use",

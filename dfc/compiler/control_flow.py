@@ -14,6 +14,7 @@ from dfc.ir import dtypes as dt
 from dfc.ir.dtypes import TType
 from dfc.ir.graph import parse_input
 from dfc.ir.loops import LoopBuilder
+from dfc.compiler.control_deps import suspended
 from dfc.compiler.tracing import Tensor, capture, convert, current_builder, is_weak, const_array, \
     user_location
 
@@ -125,7 +126,8 @@ def loop_builder(b, ctx, name_of=None):
     def make(op, inputs, attrs, role, ttype):
         where, out = {"Enter": (outer, ctx), "Exit": (ctx, outer)}.get(op, (ctx, ctx))
         name = name_of(role) if name_of is not None else f"{ctx.frame_name}_{role}"
-        outs = b.make(op, inputs, attrs, ctx=where, out_ctx=out, name=b.unique(name))
+        with suspended(b):      # Figure 4 stays as it is; the loop's condition and body wait instead
+            outs = b.make(op, inputs, attrs, ctx=where, out_ctx=out, name=b.unique(name))
         if ttype is not None:
             outs[0].ttype = ttype
         return outs

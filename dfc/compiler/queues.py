@@ -68,7 +68,9 @@ class _Resource:
             return b.make1(self._op, (), self._attrs(), name=self.name)
         h = b.variables.get(id(self))
         if h is None or h.node not in b.graph.nodes:
-            h = b.make1(self._op, (), self._attrs(), ctx=None, name=b.unique(self.name))
+            from dfc.compiler.control_deps import suspended
+            with suspended(b):      # made once for the whole graph: it waits for no control_dependencies block
+                h = b.make1(self._op, (), self._attrs(), ctx=None, name=b.unique(self.name))
             if self.device:
                 b.graph.nodes[h.node].device = str(self.device)
             b.variables[id(self)] = h

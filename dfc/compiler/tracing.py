@@ -122,6 +122,8 @@ class Builder:
         self.loops = {}           # frame name -> WhileContext (forward and gradient loops)
         self.lifted = {}          # Merge lifting a cond-branch value for a gradient stack -> that value's ref
         self.loop_site = LoopSite()   # the while_loop whose body is being traced (root: top level)
+        self.control_scopes = []  # open `with dfc.control_dependencies(...)` blocks (control_deps.py)
+        self.control_tokens = {}  # (node, context, pivot) -> the node that carries its control edge there
         self.variables = {}
         self.tensors = {}         # node name -> its output Tensors (with their contexts); read by autodiff
         self.maybe_unset = {}     # id(tensor) -> (tensor, its "is set" flag); see autograph/unset.py
@@ -196,6 +198,9 @@ class Builder:
         ctrl = [c for c in control]
         if ctx is not None and not ins and not ctrl:
             ctrl.append(ctx.pivot_name())
+        if self.control_scopes and opdef.kind == "normal":
+            from dfc.compiler.control_deps import control_inputs_for
+            ctrl += control_inputs_for(self, ctx)
         ordered = ordered and op in EFFECT_OPS
         if ordered:
             prev = self.last_effect.get(ctx)

@@ -150,10 +150,12 @@ class Variable:
         b = current_builder()
         h = b.variables.get(id(self))
         if h is None or h.node not in b.graph.nodes:
-            init = b.make1("Const", (), {"value": self.initial_value}, ctx=None,
-                           name=b.unique(f"{self.name}_init"))
-            h = b.make1("VarHandle", (init,), {"shared_name": self.shared_name, "container": self.container},
-                        ctx=None, name=b.unique(self.name))
+            from dfc.compiler.control_deps import suspended
+            with suspended(b):      # made once for the whole graph: it waits for no control_dependencies block
+                init = b.make1("Const", (), {"value": self.initial_value}, ctx=None,
+                               name=b.unique(f"{self.name}_init"))
+                h = b.make1("VarHandle", (init,), {"shared_name": self.shared_name, "container": self.container},
+                            ctx=None, name=b.unique(self.name))
             if self.device:     # the resource (and the nodes its handle flows to) on the Variable's device
                 for t in (init, h):
                     b.graph.nodes[t.node].device = str(self.device)

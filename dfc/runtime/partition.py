@@ -23,7 +23,9 @@ partition(graph, where) rewrites the graph into one graph per device:
     input from that Merge, so it is started once per iteration; a nested
     frame's state machine is entered from its parent's;
   - every cross-device edge becomes Send -> Recv, one Recv per tensor per
-    destination device; control edges cross as Send/Recv of a token.
+    destination device; control edges cross as Send/Recv of a token;
+  - each Recv waits for the other inputs its consumers wait for anyway, so it
+    starts as late as they allow (whitepaper §5.2, recv_schedule.py).
 """
 import re
 
@@ -43,6 +45,7 @@ _XFER_SECONDS = 20e-6         # latency of one Send/Recv
 _XFER_BYTES_PER_SECOND = 4e9
 _TASK_XFER_SECONDS = 1e-3     # latency of one Send/Recv between tasks (processes, maybe machines)
 _TASK_XFER_BYTES_PER_SECOND = 1e9
+ALAP_RECVS = True             # each Recv starts as late as its consumers allow (recv_schedule.py)
 
 
 def _xfer_seconds(src_device, dst_device, nbytes):
@@ -305,6 +308,9 @@ def partition(graph, where, frame_ids=None):
     b.add_control_loops(frame_of, parent)
     frame_of, parent = b.g.frames()
     b.add_send_recv(frame_of, parent)
+    if ALAP_RECVS:
+        from dfc.runtime.recv_schedule import delay_recvs
+        delay_recvs(b.g)
     graphs = {}
     for n in b.nodes.values():
         n = Node(n.name, n.op, _data_then_control(n.inputs), n.attrs, n.device, n.loc)

@@ -53,7 +53,7 @@ from dfc.errors import DfcInputError, DfcError
 from dfc.ir import dtypes as dt
 from dfc.ir import structure
 from dfc.ir.graph import parse_input
-from dfc.runtime import checkpoints, containers, devices, folding, host_memory, reference
+from dfc.runtime import checkpoints, containers, cse, devices, folding, host_memory, reference
 from dfc.runtime.executor import Plan, Run, KernelContext, default_printer, Transport, PartitionedRun, check_fetches
 from dfc.runtime.limits import MemoryLimit
 from dfc.traceback_filter import api_boundary
@@ -178,14 +178,15 @@ class Session:
         kw = dict(parallel_iterations=self.parallel_iterations, fuse=self.fuse_loops, memory_limit=self.memory_limit,
                   overlap=self._num_threads > 0, compile_loops=self.compile_loops)
         if self.placement is None:
-            graph = self._folded(fetches, feed_names, targets) if self.fuse_loops else self.graph
+            graph = self._optimized(self.graph, fetches, feed_names, targets, fold=self.fuse_loops)
             return Plan(graph, fetches, feed_names, targets, **kw)
         from dfc.runtime import partition as pt
         sub = pt.prune(self.graph, [parse_input(f)[0] for f in fetches], targets, feed_names)
         used = {self.placement[n] for n in sub.nodes}
+        sub = self._optimized(sub, fetches, feed_names, targets, fold=False)
         if len(used) <= 1 and not (self.cluster is not None and any("/" in d for d in used)):
             dev = self.devices.get(used.pop() if used else "cpu:0")
-            return Plan(self.graph, fetches, feed_names, targets, device=dev, **kw)
+            return Plan(sub, fetches, feed_names, targets, device=dev, **kw)
         frame_ids = pt.frame_ids_of(self.graph)
         if self.cluster is not None and any("/" in d for d in used):
             from dfc.runtime.cluster.step import ClusterPlan
@@ -339,12 +340,19 @@ class Session:
         return Plan(graph, fetches, feeds, targets, fuse=True, parallel_iterations=self.parallel_iterations)
 
     def _folded(self, fetches, feed_names, targets):
-        """The graph a single-device fused run executes: constants folded (folding.py), its feeds, fetches and
-        targets kept as they are. The unfused paths run the graph as written."""
-        if not folding.ENABLED:
-            return self.graph
-        keep = set(feed_names) | {parse_input(f)[0] for f in fetches} | set(targets)
-        return folding.fold(self.graph, keep, self.memory_limit)[0]
+        """The graph a single-device fused run executes (see _optimized)."""
+        return self._optimized(self.graph, fetches, feed_names, targets)
+
+    def _optimized(self, graph, fetches, feed_names, targets, fold=True):
+        """The graph a run executes: identical pure nodes merged (cse.py) and, when `fold` (a single-device
+        fused run), constants folded (folding.py); its feeds, fetches and targets kept as they are. The
+        reference interpreter and the unfused paths' folding run the graph as written."""
+        keep = {parse_input(f)[0] for f in fetches} | set(targets)
+        if cse.ENABLED:
+            graph = cse.eliminate(graph, keep, feed_names, self.placement)[0]
+        if fold and folding.ENABLED:
+            graph = folding.fold(graph, keep | set(feed_names), self.memory_limit)[0]
+        return graph
 
     def memory_stats(self):
         """device -> {"in_use", "peak", "capacity"} for every device that accounts bytes."""

@@ -19,6 +19,14 @@ pytestmark = pytest.mark.host_devices("chains run on the CPU thread pool")
 N = 128     # big enough for the kernel pool (executor.HEAVY_ELEMENTS)
 
 
+@pytest.fixture(autouse=True)
+def _graph_as_written(monkeypatch):
+    """These tests name the chains of the graphs as written: common subexpression elimination would merge the
+    loop body's two `i + 1` (tests/runtime/test_cse.py tests it)."""
+    from dfc.runtime import cse
+    monkeypatch.setattr(cse, "ENABLED", False)
+
+
 def _general(g, **kw):
     """A Session that runs every loop frame on the general path, with a kernel pool."""
     return dfc.Session(g, fuse_loops=False, num_threads=2, **kw)
