@@ -69,8 +69,9 @@ def canonical_map(device_map):
     return {canonical_name(k): canonical_name(v) for k, v in (device_map or {}).items()}
 
 
-def place(graph, devices, device_map=None, default_device="cpu:0", extra_devices=()):
-    """node name -> device name for every node of `graph` (see the module docstring)."""
+def place(graph, devices, device_map=None, default_device="cpu:0", extra_devices=(), costs=None):
+    """node name -> device name for every node of `graph` (see the module docstring). costs: node name ->
+    seconds measured by an earlier run (trace.node_costs), used instead of the fixed cost model where given."""
     dmap = canonical_map(device_map)
     default = map_device(default_device, dmap)
     explicit = {}
@@ -98,7 +99,7 @@ def place(graph, devices, device_map=None, default_device="cpu:0", extra_devices
         cands = sorted(set(where.values()) | {default} | {map_device(d, dmap) for d in extra_devices})
         for d in cands:
             devices.get(d)
-        _greedy(graph, devices, where, cands, default, groups)
+        _greedy(graph, devices, where, cands, default, groups, costs or {})
     return where
 
 
@@ -184,8 +185,9 @@ def _compute_seconds(node, out_types, in_types, device):
     return _OP_SECONDS + work * _ELEMENT_SECONDS / device.speed
 
 
-def _greedy(graph, devices, where, cands, default, groups):
-    """Greedy earliest-finish placement of the nodes `where` does not place yet (whitepaper §3.2.1)."""
+def _greedy(graph, devices, where, cands, default, groups, costs):
+    """Greedy earliest-finish placement of the nodes `where` does not place yet (whitepaper §3.2.1): a node's
+    cost is what an earlier run measured (`costs`) or else the cost model's estimate."""
     types = graph.infer_types()
     group_of = {m: g for g in groups for m in g}
     free = {d: 0.0 for d in cands}
@@ -213,8 +215,12 @@ def _greedy(graph, devices, where, cands, default, groups):
                     if parse_input(r)[0] in types and parse_input(r)[1] < len(types[parse_input(r)[0]])]
         first_in = where.get(srcs[0][0]) if srcs else None
         # Work smaller than a transfer's latency is not worth moving: it stays with its first input.
-        heavy = opreg.get(n.op).heavy and \
-            _compute_seconds(n, types[n.name], in_types, devices.get(options[0])) > _XFER_SECONDS
+        measured = costs.get(n.name)
+
+        def seconds(d):
+            return measured / devices.get(d).speed if measured is not None else \
+                _compute_seconds(n, types[n.name], in_types, devices.get(d))
+        heavy = (measured is not None or opreg.get(n.op).heavy) and seconds(options[0]) > _XFER_SECONDS
         best = None
         for d in options:
             start = free.get(d, 0.0) if heavy else 0.0    # cheap ops follow their inputs
@@ -222,7 +228,7 @@ def _greedy(graph, devices, where, cands, default, groups):
                 sd = where.get(s, default if graph.nodes[s].op == "Placeholder" else None)   # feeds come from the chief
                 arrive = finish[s] + _xfer_seconds(sd, d, nbytes)
                 start = max(start, arrive)
-            end = start + _compute_seconds(n, types[n.name], in_types, devices.get(d))
+            end = start + seconds(d)
             # A cheap op stays with its first input (a loop's Switch with the loop variable, not the
             # predicate); heavy ops go wherever they finish first.
             key = (end, d != first_in, d != default, d) if heavy else (d != first_in, end, d != default, d)

@@ -25,7 +25,9 @@ wrote unless a checkpoint_dir is given.
 
 Devices (dfc/runtime/devices.py, partition.py): nodes run on the device of
 their `dfc.device` scope after `device_map` ({"gpu:0": "accel:0"}), the rest
-are placed by a cost model among the devices in use (`devices` adds more).
+are placed by a cost model among the devices in use (`devices` adds more);
+`placement_costs` (a trace file of an earlier run, or node -> seconds) replaces the
+model's estimates by what each node cost then (whitepaper §3.2.1).
 A graph on one device runs on one executor; otherwise it is partitioned and
 each device's partition runs on its own thread, talking through Send/Recv.
 `memory_caps` sets accelerator capacities; `memory_stats()` and
@@ -64,6 +66,17 @@ MODES = ("reference", "threads")
 OBJECT_STORE_BYTES = 256 << 10
 
 
+def _costs(placement_costs):
+    """Session(placement_costs=): node -> seconds, or a trace file of an earlier run (trace.node_costs)."""
+    if placement_costs is None or isinstance(placement_costs, dict):
+        return placement_costs
+    from dfc.runtime.trace import node_costs
+    try:
+        return node_costs(placement_costs)
+    except (OSError, ValueError) as e:
+        raise DfcError(f"placement_costs: cannot read the trace {placement_costs!r}: {e}") from None
+
+
 def default_mode():
     return config.env("DFC_EXECUTOR")
 
@@ -91,7 +104,7 @@ class Session:
                  track_memory=False, swap_memory=False, swap_threshold=0.5, swap_min_bytes=4096,
                  swap_prefetch=2, container=None, checkpoint_dir=None, memory_limit=None, cluster=None,
                  wire_compression=None, object_store_bytes=OBJECT_STORE_BYTES, trace=None, summary_dir=None,
-                 progress=None, compile_loops=None):
+                 progress=None, compile_loops=None, placement_costs=None):
         mode = mode or default_mode()
         if mode not in MODES:
             raise DfcError(f"unknown executor mode {mode!r} (use one of {', '.join(MODES)})")
@@ -143,7 +156,8 @@ class Session:
         if device_map or devices or default_device != "cpu:0" or memory_caps or track_memory or \
                 any(n.device for n in graph.nodes.values()):
             from dfc.runtime.partition import place
-            self.placement = place(graph, self.devices, device_map, default_device, devices)
+            self.placement = place(graph, self.devices, device_map, default_device, devices,
+                                   _costs(placement_costs))
         # Clusters (dfc/runtime/cluster): partitions of devices named JOB:TASK/KIND:N run in that task's
         # process; the chief (this process) feeds, runs its own devices' partitions and collects fetches.
         self.cluster = cluster

@@ -260,3 +260,20 @@ def swap_span(trace, device, lane, start, nbytes, node=None):
     if node:
         args["node"] = node
     trace.span(device, lane, f"{lane} {nbytes} B", start, trace.now(), "swap", args)
+
+
+def node_costs(source, steps=1):
+    """node name -> seconds its kernels ran per step in a trace (`Session(trace=...)`'s file, or its list of
+    events), for `Session(placement_costs=...)`: the placer then uses what each node cost instead of its
+    fixed cost model (whitepaper §3.2.1). `steps`: how many steps the trace recorded. Nodes of a frame
+    compiled to machine code have no kernel spans of their own and keep the model's estimate."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(source) as f:
+            source = json.load(f)
+    events = source.get("traceEvents", []) if isinstance(source, dict) else source
+    costs = {}
+    for e in events:
+        args = e.get("args") or {}
+        if e.get("ph") == "X" and e.get("cat") == "kernel" and "node" in args:
+            costs[args["node"]] = costs.get(args["node"], 0.0) + e.get("dur", 0.0) * 1e-6 / steps
+    return costs
