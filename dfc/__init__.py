@@ -30,6 +30,7 @@ _LAZY.update({
     "Graph": ("dfc.ir.graph", "Graph"), "Node": ("dfc.ir.graph", "Node"),
     "save": ("dfc.ir.serialize", "save"), "load": ("dfc.ir.serialize", "load"), "loads": ("dfc.ir.serialize", "loads"),
     "Session": ("dfc.runtime.session", "Session"),
+    "RunOptions": ("dfc.runtime.options", "RunOptions"),
     "Tensor": ("dfc.compiler.tracing", "Tensor"), "TensorSpec": ("dfc.compiler.tracing", "TensorSpec"),
     "trace": ("dfc.compiler.api", "trace"), "device": ("dfc.compiler.api", "device"),
     "control_dependencies": ("dfc.compiler.control_deps", "control_dependencies"),

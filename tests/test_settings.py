@@ -147,3 +147,26 @@ def test_the_docs_table_is_what_the_declarations_render():
         "docs/settings.md is out of date: regenerate its table with "
         "python -c \"import dfc.config as c; print(c.settings_table(), end='')\"")
     assert "settings.md" in (ROOT / "mkdocs.yml").read_text()
+
+
+def test_the_docs_options_table_is_what_run_options_declare():
+    from dfc.runtime.options import options_table
+    page = (ROOT / "docs" / "settings.md").read_text()
+    table = re.search(r"<!-- options-table: start -->\n(.*)<!-- options-table: end -->", page, re.S)
+    assert table, "docs/settings.md lost its options-table markers"
+    assert table.group(1) == options_table(), "docs/settings.md's options table is out of date"
+
+
+def test_session_options_come_as_one_object_or_as_keywords():
+    import numpy as np
+    import dfc
+    g = dfc.trace(lambda x: x * 2.0, dfc.TensorSpec([], "float64"))
+    opts = dfc.RunOptions(num_threads=0, mode="reference")
+    s = dfc.Session(g, options=opts, mode="threads")            # the keyword wins
+    assert (s.mode, s._num_threads, s.options.num_threads) == ("threads", 0, 0)
+    assert dfc.Session(g, options={"mode": "reference"}).mode == "reference"
+    assert s.call(np.float64(2.0)) == 4.0
+    with pytest.raises(dfc.DfcError, match="unknown Session option num_thread .*num_threads"):
+        dfc.Session(g, num_thread=0)
+    with pytest.raises(dfc.DfcError, match="options must be a dfc.RunOptions"):
+        dfc.Session(g, options=3)

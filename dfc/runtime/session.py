@@ -43,6 +43,7 @@ progress ops on (True), off (False) or on only when stderr is a terminal
 (None; dfc/runtime/kernels/progress_kernels.py).
 """
 import contextlib
+import dataclasses
 import os
 import threading
 import weakref
@@ -58,12 +59,10 @@ from dfc.ir.graph import parse_input
 from dfc.runtime import checkpoints, containers, cse, devices, folding, host_memory, reference
 from dfc.runtime.executor import Plan, Run, KernelContext, default_printer, Transport, PartitionedRun, check_fetches
 from dfc.runtime.limits import MemoryLimit
+from dfc.runtime.options import RunOptions
 from dfc.traceback_filter import api_boundary
 
 MODES = ("reference", "threads")
-# Send/Recv values of this many bytes or more cross tasks through Ray's object store (by reference), smaller
-# ones inline in the actor call that carries them (benchmarks/cluster_transfer.py measured the crossover).
-OBJECT_STORE_BYTES = 256 << 10
 
 
 def _costs(placement_costs):
@@ -99,12 +98,14 @@ class Session:
     lists the options (mode, threads, devices, memory, swapping, containers, checkpoints, tracing,
     clusters). A Session keeps its plans, thread pool and device state across runs; Variables live in
     resource containers, not in the Session."""
-    def __init__(self, graph, mode=None, num_threads=None, parallel_iterations=None, printer=None,
-                 fuse_loops=None, device_map=None, devices=(), default_device=None, memory_caps=None,
-                 track_memory=False, swap_memory=False, swap_threshold=0.5, swap_min_bytes=4096,
-                 swap_prefetch=2, container=None, checkpoint_dir=None, memory_limit=None, cluster=None,
-                 wire_compression=None, object_store_bytes=OBJECT_STORE_BYTES, trace=None, summary_dir=None,
-                 progress=None, compile_loops=None, placement_costs=None):
+    def __init__(self, graph, options=None, **keywords):
+        """options: a dfc.RunOptions (dfc/runtime/options.py lists and documents every option); keywords: the
+        same options by name, on top of it (Session(g, num_threads=0, trace="run.json"))."""
+        o = self.options = RunOptions.of(options, keywords)
+        (mode, num_threads, parallel_iterations, printer, fuse_loops, compile_loops, device_map, devices,
+         default_device, placement_costs, memory_caps, track_memory, memory_limit, swap_memory, swap_threshold,
+         swap_min_bytes, swap_prefetch, container, checkpoint_dir, cluster, wire_compression, object_store_bytes,
+         trace, summary_dir, progress) = (getattr(o, f.name) for f in dataclasses.fields(o))
         mode = mode or default_mode()
         if mode not in MODES:
             raise DfcError(f"unknown executor mode {mode!r} (use one of {', '.join(MODES)})")

@@ -134,7 +134,8 @@ def test_values_kept_past_their_iteration_are_never_buffers():
         want = run_all_modes(g, *args)
         got, src = _compiled(g, args)
         _same(got, want)
-        assert "P.matmul_into(" not in src and src.count("P.matmul(") == 4, src
+        # W @ v and W @ acc (acc = v) are one node once common subexpressions are merged (runtime/cse.py)
+        assert "P.matmul_into(" not in src and src.count("P.matmul(") == 3, src
     # against plain numpy
     q, prev, acc, rows = q0, q0, np.zeros(4), []
     for _ in range(4):
