@@ -318,7 +318,7 @@ def check_loop_liveness(g, frame_of, parent):
 
 
 _HANDLE_SLOT = {op: 0 for op in (
-    "ReadVariable", "Assign", "AssignAdd", "AssignSub", "StackPush", "StackPop", "TensorArrayWrite",
+    "ReadVariable", "Assign", "AssignAdd", "AssignSub", "ResourceScatterAdd", "ResourceScatterSub", "StackPush", "StackPop", "TensorArrayWrite",
     "TensorArrayRead", "TensorArraySize", "TensorArrayStack", "TensorArrayGather", "TensorArrayConcat",
     "TensorArrayUnstack", "TensorArrayScatter", "TensorArrayGrad", "QueueEnqueue", "QueueEnqueueMany",
     "QueueDequeue", "QueueDequeueMany", "QueueSize", "QueueClose", "AccumulatorApplyGradient",
@@ -329,6 +329,7 @@ _PASS = {"Identity": (0,), "StopGradient": (0,), "Enter": (0,), "Exit": (0,), "N
 _KIND = {"VarHandle": "variable", "StackV2": "stack", "TensorArray": "tensor_array",
          "TensorArrayGrad": "tensor_array", "QueueHandle": "queue", "AccumulatorHandle": "accumulator"}
 _WANTS = {"ReadVariable": "variable", "Assign": "variable", "AssignAdd": "variable", "AssignSub": "variable",
+          "ResourceScatterAdd": "variable", "ResourceScatterSub": "variable",
           "StackPush": "stack", "StackPop": "stack"}
 _WANTS.update({op: "queue" for op in ("QueueEnqueue", "QueueEnqueueMany", "QueueDequeue", "QueueDequeueMany",
                                       "QueueSize", "QueueClose")})
@@ -452,6 +453,8 @@ def _check_use(g, n, s, types, in_type, writes):
             return
         if n.op == "ReadVariable":
             declared = dt.TType(n.attrs["dtype"], n.attrs["shape"])
+        elif n.op in ("ResourceScatterAdd", "ResourceScatterSub"):      # rows: compare the dtype only
+            declared = dt.TType(in_type(n.data_inputs[2]).dtype, None)
         else:
             declared = in_type(n.data_inputs[1])
         if declared.dtype != held.dtype or not dt.shapes_compatible(declared.shape, held.shape):

@@ -778,6 +778,31 @@ def _apply_once_infer(attrs, ins):
 register("ApplyOnce", ("record", "step", "*args"), lambda a, n: 1 + len(a["dtypes"]),
          {"ops": ("strs", REQUIRED), "dtypes": ("strs", [])}, _apply_once_infer, stateful=True)
 
+def _scatter_var_infer(attrs, ins):
+    _require("ResourceScatterAdd", ins[0], (dt.HANDLE,), "handle")
+    _require("ResourceScatterAdd", ins[1], dt.INTS, "indices")
+    return [TType(ins[2].dtype, ins[2].shape)]
+
+
+# Sparse row updates of a Variable (a gather's gradient applied by an optimizer):
+# ResourceScatterAdd(handle, indices, updates) does `value[indices[i]] += updates[i]` for each i in order
+# (duplicate indices add up; Sub subtracts), atomically, and outputs the updated rows `value[indices]`.
+for _n in ("ResourceScatterAdd", "ResourceScatterSub"):
+    register(_n, ("handle", "indices", "updates"), 1, {}, _scatter_var_infer, stateful=True)
+
+
+def _sum_duplicates_infer(attrs, ins):
+    _require("SumDuplicates", ins[0], dt.INTS, "indices")
+    if ins[0].shape is not None and len(ins[0].shape) != 1:
+        raise DfcTypeError(f"SumDuplicates indices must be 1-D, got shape {dt.format_shape(ins[0].shape)}")
+    v = ins[1].shape
+    return [TType(ins[0].dtype, (None,)), TType(ins[1].dtype, None if v is None else (None,) + tuple(v[1:]))]
+
+
+# SumDuplicates(indices, values) -> (unique, sums): the sorted distinct indices and, for each, the sum
+# of the rows of `values` at its positions, added in position order (as ScatterAdd adds them).
+register("SumDuplicates", ("indices", "values"), 2, {}, _sum_duplicates_infer)
+
 # Stacks hold the forward values a gradient loop needs (§5.1).
 # elem_dtype may be "resource": gradients of nested loops save TensorArray handles on stacks.
 register("StackV2", (), 1, {"elem_dtype": ("elem_dtype", REQUIRED), "swap_memory": ("bool", False)},

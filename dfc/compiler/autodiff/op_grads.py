@@ -403,7 +403,7 @@ NOT_DIFFERENTIABLE = frozenset("""
     Progress SummaryScalar SummaryHistogram Timestamp
     QueueHandle QueueEnqueue QueueEnqueueMany QueueDequeue QueueDequeueMany QueueSize QueueClose
     AccumulatorHandle AccumulatorApplyGradient AccumulatorTakeGradient AccumulatorNumAccumulated
-    AccumulatorSetGlobalStep
+    AccumulatorSetGlobalStep ResourceScatterAdd ResourceScatterSub SumDuplicates
 """.split())
 
 # Control-flow primitives: their gradients are the dual constructs built by control_flow_grad

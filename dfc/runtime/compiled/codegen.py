@@ -44,6 +44,9 @@ NOT_LOWERED = {
     "VarHandle": "it makes or finds a Variable in the session's container (a Python object); a frame takes "
                  "the handle from outside",
     "TensorArrayGrad": "it makes a gradient TensorArray (a Python object); a frame takes the handle from outside",
+    **{op: "a sparse optimizer update (rows of a Variable): no lowering yet, so a training loop that applies "
+           "sparse gradients runs its frame on the fused path" for op in ("ResourceScatterAdd",
+                                                                           "ResourceScatterSub", "SumDuplicates")},
 }
 
 _DTYPES = ("float32", "float64", "int32", "int64", "bool")
