@@ -803,6 +803,35 @@ def _sum_duplicates_infer(attrs, ins):
 # of the rows of `values` at its positions, added in position order (as ScatterAdd adds them).
 register("SumDuplicates", ("indices", "values"), 2, {}, _sum_duplicates_infer)
 
+def _partition_infer(attrs, ins):
+    _require("DynamicPartition", ins[1], dt.INTS, "partitions")
+    if attrs["num_partitions"] < 1:
+        raise DfcTypeError(f"DynamicPartition num_partitions must be >= 1, got {attrs['num_partitions']}")
+    d, p = ins[0].shape, ins[1].shape
+    shape = None if d is None or p is None else (None,) + tuple(d[len(p):])
+    return [TType(ins[0].dtype, shape)] * attrs["num_partitions"]
+
+
+def _stitch_infer(attrs, ins):
+    n = len(ins) // 2
+    if n < 1 or len(ins) != 2 * n:
+        raise DfcTypeError(f"DynamicStitch takes as many data tensors as index tensors, got {len(ins)} inputs")
+    for t in ins[:n]:
+        _require("DynamicStitch", t, dt.INTS, "indices")
+    if len({t.dtype for t in ins[n:]}) != 1:
+        raise DfcTypeError(f"DynamicStitch data must have one dtype, got {', '.join(t.dtype for t in ins[n:])}")
+    i, d = ins[0].shape, ins[n].shape
+    return [TType(ins[n].dtype, None if i is None or d is None else (None,) + tuple(d[len(i):]))]
+
+
+# Routing rows to shards (embedding lookups over a sharded Variable), as TensorFlow's ops:
+# DynamicPartition(data, partitions) -> [data[partitions == k] for k in range(num_partitions)];
+# DynamicStitch(*indices, *data): out[indices[k][...]] = data[k][...] for k in order (later wins),
+# out having max(index) + 1 rows.
+register("DynamicPartition", ("data", "partitions"), lambda a, n: a["num_partitions"],
+         {"num_partitions": ("int", REQUIRED)}, _partition_infer)
+register("DynamicStitch", ("*args",), 1, {}, _stitch_infer)
+
 # Stacks hold the forward values a gradient loop needs (§5.1).
 # elem_dtype may be "resource": gradients of nested loops save TensorArray handles on stacks.
 register("StackV2", (), 1, {"elem_dtype": ("elem_dtype", REQUIRED), "swap_memory": ("bool", False)},

@@ -37,7 +37,7 @@ def test_the_ops_without_a_lowering_are_asynchronous_cross_device_or_host_effect
     cross_device = {"Send", "Recv"}
     host = {"Print", "Save", "Restore", "SummaryScalar", "SummaryHistogram", "Progress"}
     outside = {"Placeholder", "VarHandle", "TensorArrayGrad", "ApplyOnce"}
-    sparse_updates = {"ResourceScatterAdd", "ResourceScatterSub", "SumDuplicates"}
+    sparse_updates = {"ResourceScatterAdd", "ResourceScatterSub", "SumDuplicates", "DynamicPartition", "DynamicStitch"}
     assert set(not_lowered) == queues | accumulators | cross_device | host | outside | sparse_updates
 
 
