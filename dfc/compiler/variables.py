@@ -211,9 +211,9 @@ class Variable:
         if want is not None and upd.shape is not None and not dt.shapes_compatible(upd.shape, want):
             raise DfcError(f"cannot scatter rows of shape {list(upd.shape)} at indices of shape {list(idx.shape)} "
                            f"to variable {self.name!r} of shape {list(self.shape)}", loc=user_location())
-        if getattr(update_hooks, "hook", None) is not None:
-            raise DfcError(f"a sparse update of {self.name!r} inside an exactly-once (DataParallel) update: "
-                           f"apply the gradient densely (IndexedSlices.dense())", loc=user_location())
+        hook = getattr(update_hooks, "hook", None)
+        if hook is not None:        # collected for one atomic ApplyOnce (dfc/compiler/data_parallel.py)
+            return hook(self, op, (idx, upd))
         return current_builder().make1(op, (self.handle(), idx, upd))
 
     def __repr__(self):

@@ -382,10 +382,13 @@ def check_handles(g, types):
                                            node=n.name, loc=n.loc)
 
 
+_SCATTERS = ("ResourceScatterAdd", "ResourceScatterSub")
+
+
 def _apply_once_handles(n):
     """The inputs of an ApplyOnce that are Variable handles: the record, the updated and the snapshot ones."""
     k = len(n.attrs.get("ops") or ())
-    return {0} | set(range(2, 2 + k)) | set(range(2 + 2 * k, len(n.data_inputs)))
+    return {0} | set(range(2, 2 + k)) | set(range(2 + 2 * k, 2 + 2 * k + len(n.attrs.get("dtypes") or ())))
 
 
 def _check_apply_once(g, n, sources, in_type):
@@ -395,6 +398,8 @@ def _check_apply_once(g, n, sources, in_type):
     for slot in sorted(_apply_once_handles(n)):
         if 2 <= slot < 2 + k:
             declared = in_type(n.data_inputs[slot + k])
+            if n.attrs["ops"][slot - 2] in _SCATTERS:          # rows of the Variable: the dtype only
+                declared = dt.TType(declared.dtype, None)
         elif slot == 0:
             declared = dt.TType("int64", ())
         else:

@@ -757,12 +757,17 @@ for _n in ("Assign", "AssignAdd", "AssignSub"):
 
 def _apply_once_infer(attrs, ins):
     ops, n = attrs["ops"], len(attrs["ops"])
-    if any(o not in ("Assign", "AssignAdd", "AssignSub") for o in ops):
-        raise DfcTypeError(f"ApplyOnce: ops must be Assign, AssignAdd or AssignSub, got {ops!r}")
+    if any(o not in _APPLY_ONCE_OPS for o in ops):
+        raise DfcTypeError(f"ApplyOnce: ops must be some of {', '.join(_APPLY_ONCE_OPS)}, got {ops!r}")
+    scatters = sum(o.startswith("ResourceScatter") for o in ops)
     rest = ins[2:]
-    if len(rest) < 2 * n or len(rest) - 2 * n != len(attrs["dtypes"]):
-        raise DfcTypeError(f"ApplyOnce takes a record, a step, {n} handles, {n} values and one handle per "
-                           f"snapshot dtype ({len(attrs['dtypes'])}), got {len(ins)} inputs")
+    if len(rest) != 2 * n + len(attrs["dtypes"]) + scatters:
+        raise DfcTypeError(f"ApplyOnce takes a record, a step, {n} handles, {n} values, one handle per "
+                           f"snapshot dtype ({len(attrs['dtypes'])}) and the indices of each of its {scatters} "
+                           f"scatters, got {len(ins)} inputs")
+    for t in rest[2 * n + len(attrs["dtypes"]):]:
+        _require("ApplyOnce", t, dt.INTS, "scatter indices")
+    rest = rest[:2 * n + len(attrs["dtypes"])]
     if any(d not in dt.ALL for d in attrs["dtypes"]):
         raise DfcTypeError(f"ApplyOnce: dtypes must be some of {', '.join(dt.ALL)}, got {attrs['dtypes']!r}")
     for t in [ins[0]] + rest[:n] + rest[2 * n:]:
@@ -771,7 +776,9 @@ def _apply_once_infer(attrs, ins):
     return [TType("bool", ())] + [TType(d, None) for d in attrs["dtypes"]]
 
 
-# Exactly-once updates (data-parallel training): ApplyOnce(record, step, *handles, *values, *snapshot)
+_APPLY_ONCE_OPS = ("Assign", "AssignAdd", "AssignSub", "ResourceScatterAdd", "ResourceScatterSub")
+# Exactly-once updates (data-parallel training): ApplyOnce(record, step, *handles, *values, *snapshot,
+# *scatter_indices) (values[k] of a ResourceScatter op are rows, at the next of scatter_indices)
 # applies every `ops[k]` of values[k] to handles[k] and sets the int64 record to step + 1, all in one
 # kernel, only when record <= step; outputs whether it applied and the snapshot Variables' values, read
 # under the same lock (a checkpoint of them is never torn by another ApplyOnce).

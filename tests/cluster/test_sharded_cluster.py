@@ -33,3 +33,41 @@ def test_sharded_table_over_two_tasks_equals_one_table_in_one_process():
     np.testing.assert_array_equal(table.numpy(), plain.numpy())
     np.testing.assert_array_equal(w.numpy(), w2.numpy())
     np.testing.assert_array_equal(table.shards[1].numpy()[[1, 2]], init[[6, 7]])     # rows no id touched
+
+
+def _bow(table, w):
+    """Bag-of-words regression: the mean of each example's 3 word embeddings, dotted with w."""
+    def loss(ids, y):
+        e = dfc.reshape(dfc.embedding_lookup(table, dfc.reshape(ids, [-1])), [-1, 3, 4])
+        return dfc.reduce_mean((dfc.reduce_sum(dfc.reduce_mean(e, axis=1) * w.read_value(), axis=1) - y) ** 2)
+    return loss
+
+
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "dense"])
+def test_data_parallel_async_with_a_sharded_table_equals_local_training(sparse):
+    c = cluster()
+    rng = np.random.default_rng(5)
+    init = rng.normal(size=(40, 4)).astype(np.float32)
+    ids = rng.integers(0, 40, size=(8, 3)).astype(np.int64)
+    y = rng.normal(size=8).astype(np.float32)
+    opt = dfc.train.SGD(0.5)
+    opt.sparse_updates = sparse
+    dp = dfc.train.DataParallel(c, opt, mode="async", workers=["worker:0"], name=f"bow_{sparse}")
+    table = dp.sharded_variable(init, 2, name=f"bow_emb_{sparse}")
+    w = dp.variable(np.ones(4, np.float32), name=f"bow_w_{sparse}")
+    dp.compile(_bow(table, w), [dfc.TensorSpec([None, 3], "int64"), dfc.TensorSpec([None], "float32")])
+    out = dp.run([(ids, y)], steps=3)
+    plain, w2 = dfc.Variable(init, name="bow_plain"), dfc.Variable(np.ones(4, np.float32), name="bow_w2")
+    loss2 = _bow(plain, w2)
+
+    @dfc.function
+    def local(ids, y):
+        loss = loss2(ids, y)
+        dfc.train.SGD(0.5).minimize(loss, [plain, w2])
+        return loss
+    want = [float(local(ids, y)) for _ in range(3)]
+    np.testing.assert_array_equal(out["losses"][0], want)
+    np.testing.assert_array_equal(table.numpy(), plain.numpy())
+    graph = dp.sessions[0].graph
+    scatters = [n for n in graph.nodes.values() if n.op == "ApplyOnce" and "ResourceScatterSub" in n.attrs["ops"]]
+    assert bool(scatters) == sparse
