@@ -71,3 +71,10 @@ def test_data_parallel_async_with_a_sharded_table_equals_local_training(sparse):
     graph = dp.sessions[0].graph
     scatters = [n for n in graph.nodes.values() if n.op == "ApplyOnce" and "ResourceScatterSub" in n.attrs["ops"]]
     assert bool(scatters) == sparse
+
+
+def test_embedding_sample_loss_falls_with_sparse_updates():
+    from tests.samples.test_sample_programs import load
+    r = load("embedding_model").train(cluster(), steps=30, name="emb_sample")
+    assert r["after"] < 0.6 * r["before"]
+    assert all(np.mean(w[-5:]) < np.mean(w[:5]) for w in r["losses"])
