@@ -13,6 +13,7 @@ measures both). Prints the mean squared error on held-out ratings before and aft
 moved between processes per worker step.
 """
 import argparse
+import time
 
 import numpy as np
 
@@ -31,11 +32,13 @@ def ratings(n, users, items, seed=0):
     return u.astype(np.int64), i.astype(np.int64), y.astype(np.float32)
 
 
-def model(dp, users, items, seed=1):
-    """The two sharded tables on dp's ps tasks, the loss and the error of the current parameters."""
+def model(dp, users, items, seed=1, sharded=True):
+    """The two tables on dp's ps tasks (sharded=False: each a single Variable on one ps task, looked up on
+    the worker, so every step reads whole tables), the loss and the error of the current parameters."""
     r = np.random.default_rng(seed)
-    user_emb = dp.sharded_variable((0.5 * r.normal(size=(users, DIM))).astype(np.float32), name="user_emb")
-    item_emb = dp.sharded_variable((0.5 * r.normal(size=(items, DIM))).astype(np.float32), name="item_emb")
+    table = dp.sharded_variable if sharded else dp.variable
+    user_emb = table((0.5 * r.normal(size=(users, DIM))).astype(np.float32), name="user_emb")
+    item_emb = table((0.5 * r.normal(size=(items, DIM))).astype(np.float32), name="item_emb")
 
     def loss(u, i, y):
         pred = dfc.reduce_sum(dfc.embedding_lookup(user_emb, u) * dfc.embedding_lookup(item_emb, i), axis=1)
@@ -47,21 +50,25 @@ def model(dp, users, items, seed=1):
     return loss, mse, specs
 
 
-def train(c, steps=100, users=100, items=80, batch=128, sparse=True, lr=0.5, name="emb"):
-    """Async DataParallel on cluster c's workers; returns {"before", "after", "losses", "bytes_per_step"}."""
+def train(c, steps=100, users=100, items=80, batch=128, sparse=True, lr=0.5, name="emb", sharded=True):
+    """Async DataParallel on cluster c's workers; returns {"before", "after", "losses", "bytes_per_step",
+    "seconds_per_step" (wall time of the run over the workers' steps), "table_bytes"}."""
     opt = dfc.train.Adagrad(lr, initial_accumulator_value=0.01)
     opt.sparse_updates = sparse          # False: the same update, applied as dense tables
     dp = dfc.train.DataParallel(c, opt, mode="async", name=name)
-    loss, mse, specs = model(dp, users, items)
+    loss, mse, specs = model(dp, users, items, sharded=sharded)
     u, i, y = ratings(40 * batch * len(dp.workers), users, items)
     cut = len(y) * 9 // 10
     shards = [tuple(a[k:cut:len(dp.workers)] for a in (u, i, y)) for k in range(len(dp.workers))]
     dp.compile(loss, specs)
     before = mse(u[cut:], i[cut:], y[cut:])
+    t0 = time.perf_counter()
     out = dp.run(shards, steps=steps, batch_size=batch)
+    seconds = time.perf_counter() - t0
     worker_steps = sum(out["worker_steps"])
     return {"before": before, "after": mse(u[cut:], i[cut:], y[cut:]), "losses": out["losses"],
             "bytes_per_step": out["bytes_between_processes"] / max(worker_steps, 1),
+            "seconds_per_step": seconds / max(worker_steps, 1),
             "table_bytes": 4 * DIM * (users + items)}
 
 

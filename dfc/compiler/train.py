@@ -10,9 +10,12 @@ in-graph dfc.while_loop whose body calls `opt.minimize(loss_fn(), var_list)`
         opt.minimize(loss, [w, b])                  # gradients + update ops
         return loss
 """
+import contextlib
+
 import numpy as np
 
 from dfc.compiler import ops_api
+from dfc.compiler.api import device as device_scope
 from dfc.compiler.sparse import IndexedSlices, sparse_gradients
 from dfc.compiler.tracing import Tensor, user_location
 from dfc.compiler.variables import Variable
@@ -65,8 +68,10 @@ class Optimizer:
             return self._apply(ops_api.cast(g, var.dtype), var)
         if not self.sparse_updates:
             return self._apply(g.cast(var.dtype).dense(), var)
-        # each row once, its gradients summed first: the rows' update is then the dense update's rows
-        return self._apply_sparse(g.cast(var.dtype).deduplicated(), var)
+        # each row once, its gradients summed first: the rows' update is then the dense update's rows;
+        # built on the Variable's device, so the raw rows cross to it once and the update stays there
+        with device_scope(str(var.device)) if var.device else contextlib.nullcontext():
+            return self._apply_sparse(g.cast(var.dtype).deduplicated(), var)
 
     # optimizers whose update leaves the rows of a zero gradient unchanged update only the touched rows
     sparse_updates = False

@@ -2,14 +2,12 @@
 import numpy as np
 
 from dfc.errors import DfcRuntimeError
-from dfc.runtime.kernels.array_kernels import check_indices
 from dfc.runtime.kernels.registry import host, kernel
+from dfc.runtime.kernels.state_kernels import scattered
 
 
 @kernel("ResourceScatterAdd", "ResourceScatterSub")
 def _scatter_variable(node, xp):
-    negate = node.op == "ResourceScatterSub"
-
     def f(ctx, a):
         res, idx, upd = a[0], xp.asarray(a[1]), xp.asarray(a[2])
         with res.lock:
@@ -22,13 +20,7 @@ def _scatter_variable(node, xp):
                 raise DfcRuntimeError(f"{node.op}: updates {upd.dtype}{list(upd.shape)} for variable {res.name!r} "
                                       f"of {old.dtype}{list(old.shape)} at indices of shape {list(idx.shape)} "
                                       f"(want {old.dtype}{list(want)})", node=node.name)
-            check_indices(xp, idx, old.shape[0], node.op)
-            new = old.copy()          # stored values are read-only: whoever fetched the old one keeps it
-            # a - b is a + (-b) exactly in IEEE arithmetic, so Sub is Add of the negated rows
-            xp.add.at(new, idx, -upd if negate else upd)
-            if isinstance(new, np.ndarray):
-                new.flags.writeable = False
-            res.value = new
+            res.value = scattered(xp, res, idx, upd, node.op, node.name)
             return (xp.take(res.value, idx, axis=0),)
     return f
 

@@ -56,7 +56,7 @@ def _apply_once(node, xp):
                         raise DfcRuntimeError(f"cannot update variable {h.name!r} of shape {list(h.value.shape)} "
                                               f"with a value of shape {list(xp.shape(v))}", node=node.name)
                 news = [containers.updated(h, xp.asarray(v), op, node.name) if i is None else
-                        _scattered(xp, h, xp.asarray(i), xp.asarray(v), op, node.name)
+                        scattered(xp, h, xp.asarray(i), xp.asarray(v), op, node.name)
                         for h, v, op, i in zip(handles, values, ops, rows)]
                 for h, v in zip(handles, news):        # every value checked before any is set
                     h.value = v
@@ -69,15 +69,16 @@ def _apply_once(node, xp):
     return f
 
 
-def _scattered(xp, h, idx, rows, op, where):
-    """Variable h's value with `rows` added (ResourceScatterAdd) or subtracted at idx: a new frozen array."""
+def scattered(xp, h, idx, rows, op, where):
+    """Variable h's value with `rows` added (ResourceScatterAdd) or subtracted at idx (in order, duplicates
+    adding up): a new read-only array (whoever fetched the old value keeps it). The caller holds h's lock."""
     from dfc.runtime.kernels.array_kernels import check_indices
     if h.value.ndim == 0 or rows.dtype != h.value.dtype:
         raise DfcRuntimeError(f"cannot scatter {rows.dtype} rows to variable {h.name!r} of "
                               f"{h.value.dtype}{list(h.value.shape)}", node=where)
     check_indices(xp, idx, h.value.shape[0], op)
     new = h.value.copy()
-    xp.add.at(new, idx, -rows if op == "ResourceScatterSub" else rows)
+    xp.add.at(new, idx, -rows if op == "ResourceScatterSub" else rows)     # a - b is a + (-b) exactly (IEEE)
     if isinstance(new, np.ndarray):
         new.flags.writeable = False
     return new
