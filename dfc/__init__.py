@@ -52,6 +52,7 @@ _LAZY.update({
     "sparse_gradients": ("dfc.compiler.sparse", "sparse_gradients"),
     "sharded_variable": ("dfc.compiler.sharded", "sharded_variable"),
     "embedding_lookup": ("dfc.compiler.sharded", "embedding_lookup"),
+    "fixed_size_partitioner": ("dfc.compiler.sharded", "fixed_size_partitioner"),
     "nest": ("dfc.nest", None),
     "config": ("dfc.config", None),
     "containers": ("dfc.runtime.containers", None),

@@ -61,3 +61,12 @@ def test_dynamic_partition_and_stitch_gradients():
     x, p = np.arange(10.0).reshape(5, 2), np.array([2, 0, 1, 0, 2])
     g = run_all_modes(dfc.trace(f, dfc.TensorSpec.from_value(x), dfc.TensorSpec.from_value(p)), x, p)
     np.testing.assert_array_equal(g, [[3, 3], [2, 2], [0, 0], [2, 2], [3, 3]])
+
+
+def test_fixed_size_partitioner_splits_as_sharded_variable():
+    t = dfc.fixed_size_partitioner(3)(np.arange(16.0).reshape(8, 2), name="fsp")
+    assert [v.shape for v in t.shards] == [(3, 2), (3, 2), (2, 2)] and t.shape == (8, 2)
+    np.testing.assert_array_equal(t.numpy(), np.arange(16.0).reshape(8, 2))
+    np.testing.assert_array_equal(dfc.embedding_lookup(t, [7, 0]), [[14, 15], [0, 1]])     # outside a graph
+    with pytest.raises(DfcError, match="num_shards"):
+        dfc.sharded_variable(np.zeros((2, 2)), 3)
