@@ -1,6 +1,6 @@
 """Sparse vs dense updates of sharded embedding tables: bytes between processes per training step.
 
-    python -m benchmarks.sparse_updates [--sizes 100,2000,20000] [--steps 20] [--md benchmarks/results/sparse_updates.md]
+    python -m benchmarks.sparse_updates [--sizes 100,2000,20000] [--steps 20] [--md FILE.md]
 
 samples/embedding_model.py's matrix factorization (user and item tables of dim 8, each split over ps:0
 and ps:1; 2 workers, async DataParallel, Adagrad, batch 128) for users = N and items = N / 2, three ways

@@ -318,7 +318,8 @@ def check_loop_liveness(g, frame_of, parent):
 
 
 _HANDLE_SLOT = {op: 0 for op in (
-    "ReadVariable", "Assign", "AssignAdd", "AssignSub", "ResourceScatterAdd", "ResourceScatterSub", "StackPush", "StackPop", "TensorArrayWrite",
+    "ReadVariable", "Assign", "AssignAdd", "AssignSub", "ResourceScatterAdd", "ResourceScatterSub", "StackPush",
+    "StackPop", "TensorArrayWrite",
     "TensorArrayRead", "TensorArraySize", "TensorArrayStack", "TensorArrayGather", "TensorArrayConcat",
     "TensorArrayUnstack", "TensorArrayScatter", "TensorArrayGrad", "QueueEnqueue", "QueueEnqueueMany",
     "QueueDequeue", "QueueDequeueMany", "QueueSize", "QueueClose", "AccumulatorApplyGradient",

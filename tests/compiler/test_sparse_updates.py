@@ -61,8 +61,8 @@ def test_sparse_gradients_gives_rows_and_dense_for_other_reads():
     other = dfc.Variable(np.ones((6, 2)), name="o")
 
     def f(ids):
-        loss = dfc.reduce_sum(dfc.gather(table.read_value(), ids) * 2.0) + dfc.reduce_sum(other.read_value() *
-                                                                                        dfc.gather(other.read_value(), ids)[0])
+        o = other.read_value()      # read whole, not only gathered: a dense gradient
+        loss = dfc.reduce_sum(dfc.gather(table.read_value(), ids) * 2.0) + dfc.reduce_sum(o * dfc.gather(o, ids)[0])
         g_t, g_o = dfc.sparse_gradients(loss, [table, other])
         assert isinstance(g_t, dfc.IndexedSlices) and not isinstance(g_o, dfc.IndexedSlices)
         u = g_t.deduplicated()
