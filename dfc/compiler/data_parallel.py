@@ -47,6 +47,8 @@ from dfc.compiler.api import trace
 from dfc.compiler.autodiff import gradients
 from dfc.compiler.control_flow import cond, while_loop
 from dfc.compiler.queues import ConditionalAccumulator, FIFOQueue
+from dfc.compiler.sharded import sharded_variable
+from dfc.compiler.sparse import sparse_gradients
 from dfc.compiler.tensor_array import TensorArray
 from dfc.compiler.tracing import TensorSpec, current_builder
 from dfc.compiler.variables import Variable
@@ -103,6 +105,17 @@ class DataParallel:
         v = Variable(initial_value, name=name, dtype=dtype, device=dev)
         self.variables.append(v)
         return v
+
+    def sharded_variable(self, initial_value, num_shards=None, name="sharded", dtype=None):
+        """A table whose rows are split over the ps tasks (num_shards blocks, default one per ps task, placed
+        round-robin): look rows up with dfc.embedding_lookup(table, ids). In async mode with SGD or
+        Adagrad each shard is updated by rows (only the looked-up rows cross the wire)."""
+        n = len(self.ps) if num_shards is None else int(num_shards)
+        first = len(self.variables)
+        devices = [f"{self.ps[(first + k) % len(self.ps)]}/cpu:0" for k in range(n)]
+        table = sharded_variable(initial_value, n, devices, name=name, dtype=dtype)
+        self.variables.extend(table.shards)
+        return table
 
     # ------------------------------------------------------------------ graphs
     def compile(self, loss_fn, input_signature, loop="python", progress=False):
@@ -167,7 +180,9 @@ class DataParallel:
             local = self.global_step.read_value()
             with device_scope(f"{worker}/cpu:0"):
                 loss = loss_fn(*inputs)
-                grads = gradients(loss, vars_)
+                # async: a table read only by gathers sends and applies rows (sync accumulates dense sums)
+                sparse = self.mode == "async" and getattr(self.optimizer, "sparse_updates", False)
+                grads = sparse_gradients(loss, vars_) if sparse else gradients(loss, vars_)
             if self.mode == "async":
                 token = self._apply_once(worker, sid, lambda: self.optimizer.apply_gradients(
                     list(zip(grads, vars_)), global_step=local))
@@ -198,6 +213,11 @@ class DataParallel:
             updates.append((var, op, value))
             if op == "Assign":
                 return value
+            if op.startswith("ResourceScatter"):      # the rows it will give, read on the Variable's device
+                idx, rows = value
+                with device_scope(str(var.device)):
+                    old = ops_api.gather(var.read_value(), idx)
+                return old + rows if op == "ResourceScatterAdd" else old - rows
             return var.read_value() + value if op == "AssignAdd" else var.read_value() - value
         variables.update_hooks.hook = hook
         try:
@@ -218,8 +238,10 @@ class DataParallel:
             if task in shards:
                 seen = set(map(id, snap))
                 snap += [v for v in [*shards[task].variables.values(), self._ps_clock[task][0]] if id(v) not in seen]
+            scatter = [x for _, op, x in items if op.startswith("ResourceScatter")]
             ins = [self._record(worker, dev).handle(), sid] + [v.handle() for v, _, _ in items] + \
-                [x for _, _, x in items] + [v.handle() for v in snap]
+                [x[1] if op.startswith("ResourceScatter") else x for _, op, x in items] + \
+                [v.handle() for v in snap] + [idx for idx, _ in scatter]
             out = current_builder().make("ApplyOnce", ins, {"ops": [op for _, op, _ in items],
                                                              "dtypes": [v.dtype for v in snap]})
             values = dict(zip(map(id, snap), out[1:]))

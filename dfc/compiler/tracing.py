@@ -26,7 +26,8 @@ SOURCE_MAPS = {}
 _local = threading.local()
 
 # Ops whose order is the program order (automatic control dependencies).
-EFFECT_OPS = frozenset({"Print", "Assert", "Assign", "AssignAdd", "AssignSub", "ApplyOnce", "ReadVariable", "Save",
+EFFECT_OPS = frozenset({"Print", "Assert", "Assign", "AssignAdd", "AssignSub", "ResourceScatterAdd",
+                        "ResourceScatterSub", "ApplyOnce", "ReadVariable", "Save",
                         "Restore", "Progress", "SummaryScalar", "SummaryHistogram", "Timestamp",
                         # queues and accumulators (dfc/compiler/queues.py)
                         "QueueEnqueue", "QueueEnqueueMany", "QueueDequeue", "QueueDequeueMany", "QueueSize",

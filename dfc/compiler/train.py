@@ -10,10 +10,13 @@ in-graph dfc.while_loop whose body calls `opt.minimize(loss_fn(), var_list)`
         opt.minimize(loss, [w, b])                  # gradients + update ops
         return loss
 """
+import contextlib
+
 import numpy as np
 
 from dfc.compiler import ops_api
-from dfc.compiler.autodiff import gradients
+from dfc.compiler.api import device as device_scope
+from dfc.compiler.sparse import IndexedSlices, sparse_gradients
 from dfc.compiler.tracing import Tensor, user_location
 from dfc.compiler.variables import Variable
 from dfc.errors import DfcError
@@ -33,9 +36,10 @@ class Optimizer:
         self._slots = {}
 
     def compute_gradients(self, loss, var_list):
-        """[(gradient or None, variable)] of loss with respect to each variable."""
+        """[(gradient or None, variable)] of loss with respect to each variable. A Variable that loss reads
+        only through row gathers gets its gradient as rows: a dfc.IndexedSlices (see dfc/compiler/sparse.py)."""
         var_list = list(var_list)
-        return list(zip(gradients(loss, var_list), var_list))
+        return list(zip(sparse_gradients(loss, var_list), var_list))
 
     def minimize(self, loss, var_list, global_step=None):
         """Build the update of every variable in var_list from the gradient of loss; return the new values."""
@@ -54,10 +58,26 @@ class Optimizer:
             self.learning_rate = self._schedule(step)
         try:
             self._prepare(pairs)
-            return [self._apply(ops_api.cast(g, v.dtype), v) for g, v in pairs]
+            return [self._apply_any(g, v) for g, v in pairs]
         finally:
             if self._schedule is not None:
                 self.learning_rate = self._schedule
+
+    def _apply_any(self, g, var):
+        if not isinstance(g, IndexedSlices):
+            return self._apply(ops_api.cast(g, var.dtype), var)
+        if not self.sparse_updates:
+            return self._apply(g.cast(var.dtype).dense(), var)
+        # each row once, its gradients summed first: the rows' update is then the dense update's rows;
+        # built on the Variable's device, so the raw rows cross to it once and the update stays there
+        with device_scope(str(var.device)) if var.device else contextlib.nullcontext():
+            return self._apply_sparse(g.cast(var.dtype).deduplicated(), var)
+
+    # optimizers whose update leaves the rows of a zero gradient unchanged update only the touched rows
+    sparse_updates = False
+
+    def _apply_sparse(self, grad, var):
+        raise NotImplementedError
 
     def _lr(self, dtype):
         """The learning rate as a number or a tensor of `dtype` (a schedule's rate is a tensor)."""
@@ -67,11 +87,11 @@ class Optimizer:
     def _prepare(self, pairs):
         pass
 
-    def _slot(self, var, name):
+    def _slot(self, var, name, init=0.0):
         key = (id(var), name)
         slot = self._slots.get(key)
         if slot is None:
-            slot = self._slots[key] = (var, Variable(np.zeros(var.shape, var.dtype), name=f"{var.name}_{name}",
+            slot = self._slots[key] = (var, Variable(np.full(var.shape, init, var.dtype), name=f"{var.name}_{name}",
                                                      device=getattr(var, "device", None)))   # beside its variable
         return slot[1]
 
@@ -80,10 +100,38 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    """var -= learning_rate * grad."""
+    """var -= learning_rate * grad (a sparse gradient: only its rows, var[rows] -= learning_rate * grad)."""
+    sparse_updates = True
 
     def _apply(self, grad, var):
         return var.assign_sub(self._lr(var.dtype) * grad)
+
+    def _apply_sparse(self, grad, var):
+        return var.scatter_sub(grad.indices, self._lr(var.dtype) * grad.values)
+
+
+class Adagrad(Optimizer):
+    """accum += grad * grad; var -= learning_rate * grad / sqrt(accum) (TF's AdagradOptimizer; accum
+    starts at initial_accumulator_value > 0). A sparse gradient updates only its rows of both, with the
+    dense update's result (a zero gradient row changes neither)."""
+    sparse_updates = True
+
+    def __init__(self, learning_rate, initial_accumulator_value=0.1):
+        if not initial_accumulator_value > 0:
+            raise DfcError(f"Adagrad initial_accumulator_value must be > 0, got {initial_accumulator_value}",
+                           loc=user_location())
+        super().__init__(learning_rate)
+        self.initial_accumulator_value = float(initial_accumulator_value)
+
+    def _apply(self, grad, var):
+        accum = self._slot(var, "accumulator", self.initial_accumulator_value)
+        a = accum.assign_add(grad * grad)
+        return var.assign_sub(self._lr(var.dtype) * grad / ops_api.sqrt(a))
+
+    def _apply_sparse(self, grad, var):
+        accum = self._slot(var, "accumulator", self.initial_accumulator_value)
+        a = accum.scatter_add(grad.indices, grad.values * grad.values)
+        return var.scatter_sub(grad.indices, self._lr(var.dtype) * grad.values / ops_api.sqrt(a))
 
 
 class Momentum(Optimizer):
@@ -146,7 +194,7 @@ def exponential_decay(learning_rate, decay_steps, decay_rate, staircase=False):
     return schedule
 
 
-__all__ = ["Optimizer", "SGD", "GradientDescent", "Momentum", "Adam", "exponential_decay"]
+__all__ = ["Optimizer", "SGD", "GradientDescent", "Momentum", "Adagrad", "Adam", "exponential_decay"]
 
 
 def __getattr__(name):

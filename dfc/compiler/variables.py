@@ -195,6 +195,36 @@ class Variable:
     def assign_sub(self, v):
         return self._update("AssignSub", v)
 
+    def scatter_add(self, indices, updates):
+        """In traced code: `value[indices[i]] += updates[i]` for each i (duplicates add up in order), one
+        atomic update of only those rows; returns the updated rows. Outside a graph, at once (numpy)."""
+        return self._scatter("ResourceScatterAdd", indices, updates)
+
+    def scatter_sub(self, indices, updates):
+        """Like scatter_add, subtracting the rows."""
+        return self._scatter("ResourceScatterSub", indices, updates)
+
+    def _scatter(self, op, indices, updates):
+        if current_builder(required=False) is None:      # at once: read, update the rows, assign
+            idx = np.asarray(indices)
+            new = self.numpy()
+            np.add.at(new, idx, -np.asarray(updates, self.dtype) if op == "ResourceScatterSub" else
+                      np.asarray(updates, self.dtype))
+            return self._eager_update("Assign", new)[idx]
+        if not self.shape:
+            raise DfcError(f"variable {self.name!r} is a scalar: it has no rows to scatter to", loc=user_location())
+        idx, upd = convert(indices), convert(updates, self.dtype)
+        if idx.dtype not in dt.INTS:
+            raise DfcTypeError(f"scatter indices must be int32/int64, got {idx.dtype}", loc=user_location())
+        want = None if idx.shape is None else tuple(idx.shape) + self.shape[1:]
+        if want is not None and upd.shape is not None and not dt.shapes_compatible(upd.shape, want):
+            raise DfcError(f"cannot scatter rows of shape {list(upd.shape)} at indices of shape {list(idx.shape)} "
+                           f"to variable {self.name!r} of shape {list(self.shape)}", loc=user_location())
+        hook = getattr(update_hooks, "hook", None)
+        if hook is not None:        # collected for one atomic ApplyOnce (dfc/compiler/data_parallel.py)
+            return hook(self, op, (idx, upd))
+        return current_builder().make1(op, (self.handle(), idx, upd))
+
     def __repr__(self):
         return f"<dfc.Variable {self.name!r} {self.dtype}{list(self.shape)}>"
 

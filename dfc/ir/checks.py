@@ -318,7 +318,8 @@ def check_loop_liveness(g, frame_of, parent):
 
 
 _HANDLE_SLOT = {op: 0 for op in (
-    "ReadVariable", "Assign", "AssignAdd", "AssignSub", "StackPush", "StackPop", "TensorArrayWrite",
+    "ReadVariable", "Assign", "AssignAdd", "AssignSub", "ResourceScatterAdd", "ResourceScatterSub", "StackPush",
+    "StackPop", "TensorArrayWrite",
     "TensorArrayRead", "TensorArraySize", "TensorArrayStack", "TensorArrayGather", "TensorArrayConcat",
     "TensorArrayUnstack", "TensorArrayScatter", "TensorArrayGrad", "QueueEnqueue", "QueueEnqueueMany",
     "QueueDequeue", "QueueDequeueMany", "QueueSize", "QueueClose", "AccumulatorApplyGradient",
@@ -329,6 +330,7 @@ _PASS = {"Identity": (0,), "StopGradient": (0,), "Enter": (0,), "Exit": (0,), "N
 _KIND = {"VarHandle": "variable", "StackV2": "stack", "TensorArray": "tensor_array",
          "TensorArrayGrad": "tensor_array", "QueueHandle": "queue", "AccumulatorHandle": "accumulator"}
 _WANTS = {"ReadVariable": "variable", "Assign": "variable", "AssignAdd": "variable", "AssignSub": "variable",
+          "ResourceScatterAdd": "variable", "ResourceScatterSub": "variable",
           "StackPush": "stack", "StackPop": "stack"}
 _WANTS.update({op: "queue" for op in ("QueueEnqueue", "QueueEnqueueMany", "QueueDequeue", "QueueDequeueMany",
                                       "QueueSize", "QueueClose")})
@@ -381,10 +383,13 @@ def check_handles(g, types):
                                            node=n.name, loc=n.loc)
 
 
+_SCATTERS = ("ResourceScatterAdd", "ResourceScatterSub")
+
+
 def _apply_once_handles(n):
     """The inputs of an ApplyOnce that are Variable handles: the record, the updated and the snapshot ones."""
     k = len(n.attrs.get("ops") or ())
-    return {0} | set(range(2, 2 + k)) | set(range(2 + 2 * k, len(n.data_inputs)))
+    return {0} | set(range(2, 2 + k)) | set(range(2 + 2 * k, 2 + 2 * k + len(n.attrs.get("dtypes") or ())))
 
 
 def _check_apply_once(g, n, sources, in_type):
@@ -394,6 +399,8 @@ def _check_apply_once(g, n, sources, in_type):
     for slot in sorted(_apply_once_handles(n)):
         if 2 <= slot < 2 + k:
             declared = in_type(n.data_inputs[slot + k])
+            if n.attrs["ops"][slot - 2] in _SCATTERS:          # rows of the Variable: the dtype only
+                declared = dt.TType(declared.dtype, None)
         elif slot == 0:
             declared = dt.TType("int64", ())
         else:
@@ -452,6 +459,8 @@ def _check_use(g, n, s, types, in_type, writes):
             return
         if n.op == "ReadVariable":
             declared = dt.TType(n.attrs["dtype"], n.attrs["shape"])
+        elif n.op in ("ResourceScatterAdd", "ResourceScatterSub"):      # rows: compare the dtype only
+            declared = dt.TType(in_type(n.data_inputs[2]).dtype, None)
         else:
             declared = in_type(n.data_inputs[1])
         if declared.dtype != held.dtype or not dt.shapes_compatible(declared.shape, held.shape):

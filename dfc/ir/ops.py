@@ -757,12 +757,17 @@ for _n in ("Assign", "AssignAdd", "AssignSub"):
 
 def _apply_once_infer(attrs, ins):
     ops, n = attrs["ops"], len(attrs["ops"])
-    if any(o not in ("Assign", "AssignAdd", "AssignSub") for o in ops):
-        raise DfcTypeError(f"ApplyOnce: ops must be Assign, AssignAdd or AssignSub, got {ops!r}")
+    if any(o not in _APPLY_ONCE_OPS for o in ops):
+        raise DfcTypeError(f"ApplyOnce: ops must be some of {', '.join(_APPLY_ONCE_OPS)}, got {ops!r}")
+    scatters = sum(o.startswith("ResourceScatter") for o in ops)
     rest = ins[2:]
-    if len(rest) < 2 * n or len(rest) - 2 * n != len(attrs["dtypes"]):
-        raise DfcTypeError(f"ApplyOnce takes a record, a step, {n} handles, {n} values and one handle per "
-                           f"snapshot dtype ({len(attrs['dtypes'])}), got {len(ins)} inputs")
+    if len(rest) != 2 * n + len(attrs["dtypes"]) + scatters:
+        raise DfcTypeError(f"ApplyOnce takes a record, a step, {n} handles, {n} values, one handle per "
+                           f"snapshot dtype ({len(attrs['dtypes'])}) and the indices of each of its {scatters} "
+                           f"scatters, got {len(ins)} inputs")
+    for t in rest[2 * n + len(attrs["dtypes"]):]:
+        _require("ApplyOnce", t, dt.INTS, "scatter indices")
+    rest = rest[:2 * n + len(attrs["dtypes"])]
     if any(d not in dt.ALL for d in attrs["dtypes"]):
         raise DfcTypeError(f"ApplyOnce: dtypes must be some of {', '.join(dt.ALL)}, got {attrs['dtypes']!r}")
     for t in [ins[0]] + rest[:n] + rest[2 * n:]:
@@ -771,12 +776,68 @@ def _apply_once_infer(attrs, ins):
     return [TType("bool", ())] + [TType(d, None) for d in attrs["dtypes"]]
 
 
-# Exactly-once updates (data-parallel training): ApplyOnce(record, step, *handles, *values, *snapshot)
+_APPLY_ONCE_OPS = ("Assign", "AssignAdd", "AssignSub", "ResourceScatterAdd", "ResourceScatterSub")
+# Exactly-once updates (data-parallel training): ApplyOnce(record, step, *handles, *values, *snapshot,
+# *scatter_indices) (values[k] of a ResourceScatter op are rows, at the next of scatter_indices)
 # applies every `ops[k]` of values[k] to handles[k] and sets the int64 record to step + 1, all in one
 # kernel, only when record <= step; outputs whether it applied and the snapshot Variables' values, read
 # under the same lock (a checkpoint of them is never torn by another ApplyOnce).
 register("ApplyOnce", ("record", "step", "*args"), lambda a, n: 1 + len(a["dtypes"]),
          {"ops": ("strs", REQUIRED), "dtypes": ("strs", [])}, _apply_once_infer, stateful=True)
+
+def _scatter_var_infer(attrs, ins):
+    _require("ResourceScatterAdd", ins[0], (dt.HANDLE,), "handle")
+    _require("ResourceScatterAdd", ins[1], dt.INTS, "indices")
+    return [TType(ins[2].dtype, ins[2].shape)]
+
+
+# Sparse row updates of a Variable (a gather's gradient applied by an optimizer):
+# ResourceScatterAdd(handle, indices, updates) does `value[indices[i]] += updates[i]` for each i in order
+# (duplicate indices add up; Sub subtracts), atomically, and outputs the updated rows `value[indices]`.
+for _n in ("ResourceScatterAdd", "ResourceScatterSub"):
+    register(_n, ("handle", "indices", "updates"), 1, {}, _scatter_var_infer, stateful=True)
+
+
+def _sum_duplicates_infer(attrs, ins):
+    _require("SumDuplicates", ins[0], dt.INTS, "indices")
+    if ins[0].shape is not None and len(ins[0].shape) != 1:
+        raise DfcTypeError(f"SumDuplicates indices must be 1-D, got shape {dt.format_shape(ins[0].shape)}")
+    v = ins[1].shape
+    return [TType(ins[0].dtype, (None,)), TType(ins[1].dtype, None if v is None else (None,) + tuple(v[1:]))]
+
+
+# SumDuplicates(indices, values) -> (unique, sums): the sorted distinct indices and, for each, the sum
+# of the rows of `values` at its positions, added in position order (as ScatterAdd adds them).
+register("SumDuplicates", ("indices", "values"), 2, {}, _sum_duplicates_infer)
+
+def _partition_infer(attrs, ins):
+    _require("DynamicPartition", ins[1], dt.INTS, "partitions")
+    if attrs["num_partitions"] < 1:
+        raise DfcTypeError(f"DynamicPartition num_partitions must be >= 1, got {attrs['num_partitions']}")
+    d, p = ins[0].shape, ins[1].shape
+    shape = None if d is None or p is None else (None,) + tuple(d[len(p):])
+    return [TType(ins[0].dtype, shape)] * attrs["num_partitions"]
+
+
+def _stitch_infer(attrs, ins):
+    n = len(ins) // 2
+    if n < 1 or len(ins) != 2 * n:
+        raise DfcTypeError(f"DynamicStitch takes as many data tensors as index tensors, got {len(ins)} inputs")
+    for t in ins[:n]:
+        _require("DynamicStitch", t, dt.INTS, "indices")
+    if len({t.dtype for t in ins[n:]}) != 1:
+        raise DfcTypeError(f"DynamicStitch data must have one dtype, got {', '.join(t.dtype for t in ins[n:])}")
+    i, d = ins[0].shape, ins[n].shape
+    return [TType(ins[n].dtype, None if i is None or d is None else (None,) + tuple(d[len(i):]))]
+
+
+# Routing rows to shards (embedding lookups over a sharded Variable), as TensorFlow's ops:
+# DynamicPartition(data, partitions) -> [data[partitions == k] for k in range(num_partitions)];
+# DynamicStitch(*indices, *data): out[indices[k][...]] = data[k][...] for k in order (later wins),
+# out having max(index) + 1 rows.
+register("DynamicPartition", ("data", "partitions"), lambda a, n: a["num_partitions"],
+         {"num_partitions": ("int", REQUIRED)}, _partition_infer)
+register("DynamicStitch", ("*args",), 1, {}, _stitch_infer)
 
 # Stacks hold the forward values a gradient loop needs (§5.1).
 # elem_dtype may be "resource": gradients of nested loops save TensorArray handles on stacks.

@@ -24,7 +24,7 @@ CLUSTER_PAD, LABEL_H = 12, 18
 X_SPACE, Y_SPACE = 18, 28
 BACK_ROOM = 44                           # room right of a loop's nodes for its back-edge arcs
 _CONTROL = {"Enter", "Exit", "NextIteration", "Merge", "Switch", "LoopCond"}
-_STATE = {"VarHandle", "ReadVariable", "Assign", "AssignAdd", "AssignSub"}
+_STATE = {"VarHandle", "ReadVariable", "Assign", "AssignAdd", "AssignSub", "ResourceScatterAdd", "ResourceScatterSub"}
 _CLUSTER_STYLE = {"loop": ("#3b6fb6", "#eaf1fb"), "cond": ("#c07a12", "#fdf3e3"),
                   "branch": ("#6b8e23", "#f3f8ea")}
 

@@ -55,6 +55,10 @@ class VariableResource:
                 self.value = _frozen(self.value.get(), fresh=True)
             elif xp is not np and not on_gpu:
                 self.value = xp.asarray(self.value)
+            elif on_gpu and hasattr(xp, "cuda") and \
+                    getattr(getattr(self.value, "device", None), "id", None) not in (None, xp.cuda.Device().id):
+                # last set by a graph on another GPU: a copy on this run's device (copy() allocates there)
+                self.value = self.value.copy()
         return self
 
     def assign(self, value, op="Assign", node=None):

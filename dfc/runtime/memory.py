@@ -273,4 +273,5 @@ def _assign(node, kern):
 
 _WRAPPERS = {"StackPush": _push, "StackPop": _pop, "TensorArrayWrite": _holds(2), "TensorArrayUnstack": _holds(1),
              "TensorArrayScatter": _holds(2), "VarHandle": _var_handle, "Assign": _assign,
-             "AssignAdd": _assign, "AssignSub": _assign}
+             "AssignAdd": _assign, "AssignSub": _assign,
+             "ResourceScatterAdd": _assign, "ResourceScatterSub": _assign}

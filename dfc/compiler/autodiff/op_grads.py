@@ -148,6 +148,16 @@ def _transpose_grad(op, g):
     return [K.transpose(g, None if perm is None else list(np.argsort(perm)))]
 
 
+def _dynamic_partition_grad(op, *gs):
+    """Stitch the partitions' gradients back to where their rows came from (TensorFlow's rule)."""
+    parts = op.x(1)
+    where = K.reshape(K.range(K.size(parts)), K.shape(parts))
+    positions = current_builder().make("DynamicPartition", (where, parts), dict(op.attrs))
+    gs = [g if g is not None else op.gs.zeros_for(op.output(p)) for p, g in enumerate(gs)]
+    flat = _make("DynamicStitch", tuple(positions) + tuple(gs))
+    return [K.reshape(flat, K.shape(op.x(0))), None]
+
+
 def _concat_grad(op, g):
     rank = op.input(0).ndim
     if rank is None:
@@ -279,6 +289,10 @@ GRADS = {
     "Gather": lambda op, g: [_make("ScatterAdd", (op.shape_in(0), op.x(1), g), {"axis": op.attrs["axis"]}),
                              None],
     "ScatterAdd": lambda op, g: [None, None, K.gather(g, op.x(1), op.attrs["axis"])],
+    "DynamicPartition": _dynamic_partition_grad,
+    # each data tensor gets the rows of the gradient it was stitched to (indices are distinct in routing)
+    "DynamicStitch": lambda op, g: [None] * (op.n_inputs // 2) +
+    [K.gather(g, op.x(k)) for k in range(op.n_inputs // 2)],
     # reductions and nn
     "Sum": _sum_grad,
     "Mean": _mean_grad,
@@ -403,7 +417,7 @@ NOT_DIFFERENTIABLE = frozenset("""
     Progress SummaryScalar SummaryHistogram Timestamp
     QueueHandle QueueEnqueue QueueEnqueueMany QueueDequeue QueueDequeueMany QueueSize QueueClose
     AccumulatorHandle AccumulatorApplyGradient AccumulatorTakeGradient AccumulatorNumAccumulated
-    AccumulatorSetGlobalStep
+    AccumulatorSetGlobalStep ResourceScatterAdd ResourceScatterSub SumDuplicates
 """.split())
 
 # Control-flow primitives: their gradients are the dual constructs built by control_flow_grad

@@ -45,6 +45,12 @@ NOT_LOWERED = {
     "VarHandle": "it makes or finds a Variable in the session's container (a Python object); a frame takes "
                  "the handle from outside",
     "TensorArrayGrad": "it makes a gradient TensorArray (a Python object); a frame takes the handle from outside",
+    **{op: "a sparse optimizer update (rows of a Variable): no lowering yet, so a training loop that applies "
+           "sparse gradients runs its frame on the fused path" for op in ("ResourceScatterAdd",
+                                                                           "ResourceScatterSub", "SumDuplicates")},
+    **{op: "routes rows to and from a sharded Variable's shards (outputs sized by the values): no lowering "
+           "yet, so a loop frame holding one runs on the fused path" for op in ("DynamicPartition",
+                                                                                 "DynamicStitch")},
 }
 
 _DTYPES = ("float32", "float64", "int32", "int64", "bool")

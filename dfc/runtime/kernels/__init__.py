@@ -12,5 +12,6 @@ from dfc.runtime.kernels import grad_kernels  # noqa: F401
 from dfc.runtime.kernels import progress_kernels, summary_kernels  # noqa: F401
 from dfc.runtime.kernels import numpy_kernels, linalg_kernels  # noqa: F401
 from dfc.runtime.kernels import queue_kernels  # noqa: F401
+from dfc.runtime.kernels import sparse_kernels  # noqa: F401
 
 __all__ = ["KERNELS", "kernel_for"]

@@ -36,11 +36,13 @@ def _apply_once(node, xp):
     """All of one step's updates of the Variables on one device, or none: one kernel, so no abort of the
     step (a dead worker) can fall between them (see ApplyOnce in dfc/ir/ops.py)."""
     ops = node.attrs["ops"]
-    n = len(ops)
+    n, n_snap = len(ops), len(node.attrs.get("dtypes") or ())
 
     def f(ctx, a):
         record, step, rest = a[0], int(host(a[1])), a[2:]
-        handles, values, snapshot = rest[:n], rest[n:2 * n], rest[2 * n:]
+        handles, values, snapshot = rest[:n], rest[n:2 * n], rest[2 * n:2 * n + n_snap]
+        indices = iter(rest[2 * n + n_snap:])
+        rows = [next(indices) if op.startswith("ResourceScatter") else None for op in ops]
         held = {id(r): r for r in [record, *handles, *snapshot]}
         locks = [held[k].lock for k in sorted(held)]      # one global order: no deadlock between two of them
         for lock in locks:
@@ -48,11 +50,14 @@ def _apply_once(node, xp):
         try:
             applied = int(host(record.value)) <= step
             if applied:
-                for h, v in zip(handles, values):
-                    if tuple(xp.shape(v)) != tuple(h.value.shape):
+                for h, v, i in zip(handles, values, rows):
+                    want = tuple(h.value.shape) if i is None else tuple(xp.shape(i)) + tuple(h.value.shape[1:])
+                    if tuple(xp.shape(v)) != want:
                         raise DfcRuntimeError(f"cannot update variable {h.name!r} of shape {list(h.value.shape)} "
                                               f"with a value of shape {list(xp.shape(v))}", node=node.name)
-                news = [containers.updated(h, xp.asarray(v), op, node.name) for h, v, op in zip(handles, values, ops)]
+                news = [containers.updated(h, xp.asarray(v), op, node.name) if i is None else
+                        scattered(xp, h, xp.asarray(i), xp.asarray(v), op, node.name)
+                        for h, v, op, i in zip(handles, values, ops, rows)]
                 for h, v in zip(handles, news):        # every value checked before any is set
                     h.value = v
                 record.value = containers.updated(record, xp.asarray(step + 1, record.value.dtype), "Assign",
@@ -62,6 +67,21 @@ def _apply_once(node, xp):
             for lock in reversed(locks):
                 lock.release()
     return f
+
+
+def scattered(xp, h, idx, rows, op, where):
+    """Variable h's value with `rows` added (ResourceScatterAdd) or subtracted at idx (in order, duplicates
+    adding up): a new read-only array (whoever fetched the old value keeps it). The caller holds h's lock."""
+    from dfc.runtime.kernels.array_kernels import check_indices
+    if h.value.ndim == 0 or rows.dtype != h.value.dtype:
+        raise DfcRuntimeError(f"cannot scatter {rows.dtype} rows to variable {h.name!r} of "
+                              f"{h.value.dtype}{list(h.value.shape)}", node=where)
+    check_indices(xp, idx, h.value.shape[0], op)
+    new = h.value.copy()
+    xp.add.at(new, idx, -rows if op == "ResourceScatterSub" else rows)     # a - b is a + (-b) exactly (IEEE)
+    if isinstance(new, np.ndarray):
+        new.flags.writeable = False
+    return new
 
 
 class Stack(list):
