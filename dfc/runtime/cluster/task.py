@@ -66,6 +66,7 @@ class Task:
             self.pool = ThreadPoolExecutor(n, thread_name_prefix=f"dfc-{name}")
         self.files = checkpoints.Directory(checkpoint_dir, confined=True)
         self.run_count = 0
+        self.given = 0          # large values other processes took from this task (Task.take)
         self.current = {}       # step -> name of a node the task was last seen waiting on (for error messages)
 
     # ------------------------------------------------------------------ set-up
@@ -98,7 +99,16 @@ class Task:
             st = self.steps.get(step)
         if st is None:
             raise DfcRuntimeError(f"task {self.name} no longer holds the values of step {step} (it ended)")
-        return st.rv.give(n)
+        value = st.rv.give(n)
+        with self.lock:
+            self.given += 1
+        return value
+
+    def held(self):
+        """Large values this task holds for other processes ("held": none once their steps ended) and has
+        given them ("given", since it started)."""
+        with self.lock:
+            return {"held": sum(len(st.rv.held) for st in self.steps.values()), "given": self.given}
 
     def has_graphs(self, hashes):
         return [h for h in hashes if h in self.graphs]

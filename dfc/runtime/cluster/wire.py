@@ -161,7 +161,7 @@ class StepRendezvous:
             return
         v, nbytes = encode(leaving(value), self.compression)
         stored = False
-        if self.store_bytes is not None and nbytes >= self.store_bytes and isinstance(v, np.ndarray):
+        if self.store_bytes is not None and nbytes >= self.store_bytes and isinstance(v, (np.ndarray, Encoded)):
             stored = True
             if self.me is None:         # the chief is not an actor: nobody can take from it
                 import ray
