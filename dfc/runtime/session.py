@@ -60,7 +60,7 @@ from dfc.traceback_filter import api_boundary
 
 MODES = ("reference", "threads")
 # Send/Recv values of this many bytes or more cross tasks through Ray's object store (by reference), smaller
-# ones inline in the actor call that carries them (benchmarks/cluster_transfer.py measured the crossover).
+# ones inline on the cluster's sockets (benchmarks/cluster.py, "transfer", measures both).
 OBJECT_STORE_BYTES = 256 << 10
 
 

@@ -134,7 +134,7 @@ def leaving(value):
         value = value.value
     value = value.get() if is_device_array(value) else value
     if not (value is DEAD or isinstance(value, (np.ndarray, np.generic))):
-        # the outbox thread would fail to pickle it and the message would be lost: fail the Send instead
+        # it may not pickle, nor mean anything in another process: fail the Send here, naming it
         raise DfcRuntimeError(f"a {type(value).__name__} cannot be sent to another process (only arrays "
                               f"cross between tasks; keep resources such as TensorArrays on one task)")
     return value
