@@ -4,10 +4,12 @@ Every process of a cluster (the chief and each task's actor) has one `Wire`: a
 ZeroMQ PULL socket it binds, whose address it publishes through the Ray actor
 calls that connect the tasks, and one PUSH socket per peer it sends to. A Send
 whose Recv is on a device of the same process completes through the in-process
-table, as in a one-process run; a Send to another process is pickled (protocol
-5, arrays as out-of-band frames) into one multipart message and pushed at once
-from the sending thread: no outbox thread, no actor call, no poll. Messages
-from one process to another arrive in the order they were sent. The sockets
+table, as in a one-process run; a Send to another process is queued for the
+Wire's sending thread, which pickles what has queued up for each peer (protocol
+5, large arrays as out-of-band frames) into one multipart message and pushes
+it: no actor call, no poll, and a loop that sends every iteration pays one
+pickle per batch. Messages from one process to another arrive in the order
+they were sent, and a Send never blocks (no high-water mark). The sockets
 use CURVE with a key pair the chief makes per cluster and hands to the tasks
 through Ray, so only the cluster's own processes can connect and unpickle.
 
@@ -263,8 +265,11 @@ class Wire:
         self.peers = {}             # name -> _Peer
         self.lock = threading.Lock()
         self.closed = False
+        self.cv, self.pending = threading.Condition(), []       # [(peer, message)] for the sending thread
         self.thread = threading.Thread(target=self._receive, name=f"dfc-wire-{name}", daemon=True)
         self.thread.start()
+        self.sender = threading.Thread(target=self._send, name=f"dfc-send-{name}", daemon=True)
+        self.sender.start()
 
     def _socket(self, kind, server):
         import zmq
@@ -302,19 +307,37 @@ class Wire:
         return name in self.peers
 
     def send(self, dest, step, key, value):
-        buffers = []
-        head = pickle.dumps((step, key, value), protocol=5, buffer_callback=lambda b: _out_of_band(b, buffers))
-        frames = [head, *(b.raw() for b in buffers)]
+        """Queue a message for peer `dest`; the sending thread ships what has queued up."""
+        if dest not in self.peers:
+            raise DfcRuntimeError(f"{_who(self.name)} has no address for {_who(dest)} (was it restarted "
+                                  f"during the step?)")
+        with self.cv:
+            self.pending.append((dest, (step, key, value)))
+            self.cv.notify()
+
+    def _send(self):
+        """Ship the queued messages, each peer's in one multipart message: a Send costs its partition's thread
+        only a list append, and a fast producer's messages are pickled and sent together."""
         while True:
-            peer = self.peers.get(dest)
-            if peer is None:
-                raise DfcRuntimeError(f"{_who(self.name)} has no address for {_who(dest)} (was it restarted "
-                                      f"during the step?)")
-            with peer.lock:
-                if peer.sock is not None:
-                    peer.sock.send_multipart(frames)
+            with self.cv:
+                while not self.pending and not self.closed:
+                    self.cv.wait()
+                if not self.pending:
                     return
-            # replaced by connect() meanwhile: send on the new socket
+                batch, self.pending = self.pending, []
+            by_peer = {}
+            for dest, item in batch:
+                by_peer.setdefault(dest, []).append(item)
+            for dest, items in by_peer.items():
+                buffers = []
+                head = pickle.dumps(items, protocol=5, buffer_callback=lambda b: _out_of_band(b, buffers))
+                frames = [head, *(b.raw() for b in buffers)]
+                peer = self.peers.get(dest)
+                if peer is None:
+                    continue
+                with peer.lock:
+                    if peer.sock is not None:       # else closed by connect() (its process was replaced)
+                        peer.sock.send_multipart(frames)
 
     def _receive(self):
         import zmq
@@ -327,17 +350,21 @@ class Wire:
             except zmq.ZMQError:
                 return          # closed
             try:
-                step, key, value = pickle.loads(frames[0].buffer, buffers=[f.buffer for f in frames[1:]])
+                items = pickle.loads(frames[0].buffer, buffers=[f.buffer for f in frames[1:]])
             except Exception:   # noqa: BLE001 — not a message of ours (the handshake admits only the cluster)
                 continue
-            if isinstance(value, (Stored, Held)):
-                threading.Thread(target=self.on_message, args=(step, key, value), daemon=True,
-                                 name=f"dfc-fetch-{self.name}").start()
-            else:
-                self.on_message(step, key, value)
+            for step, key, value in items:
+                if isinstance(value, (Stored, Held)):
+                    threading.Thread(target=self.on_message, args=(step, key, value), daemon=True,
+                                     name=f"dfc-fetch-{self.name}").start()
+                else:
+                    self.on_message(step, key, value)
 
     def close(self):
-        self.closed = True
+        with self.cv:
+            self.closed = True
+            self.cv.notify()
+        self.sender.join(1)
         self.thread.join(2 * RECEIVE_POLL_MS / 1000 + 1)
         with self.lock:
             for peer in self.peers.values():
