@@ -93,6 +93,13 @@ def test_a_send_to_a_peer_that_is_gone_does_not_block(wires):
         a.send("nobody", "s", ("t:0", "a", "nobody/cpu:0", ()), np.float32(0))
 
 
+def test_without_pyzmq_a_cluster_says_what_to_install_before_ray_starts(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "zmq", None)        # import zmq raises ImportError
+    with pytest.raises(dfc.DfcError, match=r"pyzmq.*dfc\[cluster\]"):
+        dfc.cluster.connect(tasks={"worker": 1}, address="no-such-host:1")
+
+
 # ------------------------------------------------------------------------------ on a cluster
 
 def through_three_processes(x):

@@ -79,8 +79,9 @@ class Cluster:
 
     def __init__(self, tasks, address=None, num_threads=_DEFAULT_THREADS, gpus=None, checkpoint_dir=None,
                  ray_init=None, liveness_timeout=None, placement=None):
-        from dfc.runtime.cluster import placement as places
+        from dfc.runtime.cluster import placement as places, wire
         self.placement = places.parse(placement, list(tasks))     # before Ray starts: bad input fails fast
+        self._keys = wire.keypair()                               # (and a missing pyzmq)
         ray = _ray()
         self.address = address
         self.liveness_timeout = parse_liveness_timeout(liveness_timeout)
@@ -114,8 +115,6 @@ class Cluster:
         self._stale = set()         # tasks that may not have the newest peer handles (no reply to connect)
         self.addresses = {}         # task -> its Wire's address
         self.routes = {}            # step id -> the ClusterStep whose messages the chief's Wire hands over
-        from dfc.runtime.cluster import wire
-        self._keys = wire.keypair()
         self.wire = None            # the chief's Wire; None under Ray Client (the tasks may not reach it)
         try:
             if not _client_mode():

@@ -35,7 +35,7 @@ import threading
 
 import numpy as np
 
-from dfc.errors import DfcRuntimeError
+from dfc.errors import DfcError, DfcRuntimeError
 from dfc.runtime.devices import Sent, is_device_array, split_task
 from dfc.runtime.values import DEAD
 from dfc.runtime.rendezvous import Rendezvous
@@ -228,10 +228,18 @@ RECEIVE_POLL_MS = 200       # how often the receiving thread looks whether its W
 SMALL_FRAME = 4096          # arrays smaller than this are pickled in the message's first frame
 
 
+def _zmq():
+    try:
+        import zmq
+    except ImportError:
+        raise DfcError("clusters need pyzmq for Send/Recv between processes: pip install 'dfc[cluster]' "
+                       "(or pip install pyzmq)") from None
+    return zmq
+
+
 def keypair():
     """A cluster's CURVE key pair (public, secret), made by the chief and handed to its tasks through Ray."""
-    import zmq
-    return zmq.curve_keypair()
+    return _zmq().curve_keypair()
 
 
 class _Peer:
@@ -248,7 +256,7 @@ class Wire:
     own for a value to fetch from the object store, which may take long). Sends come from any thread."""
 
     def __init__(self, name, keys, on_message, host=None):
-        import zmq
+        zmq = _zmq()
         from zmq.auth.thread import ThreadAuthenticator
         self.name, self.on_message = name, on_message
         self.public, secret = keys
