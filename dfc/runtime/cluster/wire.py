@@ -239,7 +239,11 @@ def _zmq():
 
 def keypair():
     """A cluster's CURVE key pair (public, secret), made by the chief and handed to its tasks through Ray."""
-    return _zmq().curve_keypair()
+    zmq = _zmq()
+    if not zmq.has("curve"):
+        raise DfcError(f"this pyzmq's libzmq ({zmq.zmq_version()}) was built without CURVE security, which the "
+                       f"cluster's sockets need: install pyzmq's own wheel (pip install --force-reinstall pyzmq)")
+    return zmq.curve_keypair()
 
 
 class _Peer:
@@ -350,11 +354,12 @@ class Wire:
     def _receive(self):
         import zmq
         sock = self.sock
+        sock.rcvtimeo = RECEIVE_POLL_MS
         while not self.closed:
             try:
-                if not sock.poll(RECEIVE_POLL_MS):
-                    continue
                 frames = sock.recv_multipart(copy=False)
+            except zmq.Again:
+                continue
             except zmq.ZMQError:
                 return          # closed
             try:
