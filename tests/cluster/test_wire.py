@@ -20,8 +20,8 @@ def wires():
     from dfc.runtime.cluster import wire
     made = []
 
-    def make(name, keys, on_message=lambda *m: None):
-        made.append(wire.Wire(name, keys, on_message))
+    def make(name, keys, on_message=lambda *m: None, on_error=None):
+        made.append(wire.Wire(name, keys, on_message, on_error))
         return made[-1]
     with mock.patch.object(wire, "_host", lambda: "127.0.0.1"):
         yield make
@@ -71,6 +71,23 @@ def test_a_process_without_the_clusters_key_cannot_deliver(wires):
     assert inbox.full.wait(30)
     time.sleep(0.5)        # the stranger's handshake had time to complete, if it could
     assert [float(v) for _s, _k, v in inbox.items] == [2.0]
+
+
+def test_a_value_that_does_not_pickle_fails_its_step_and_the_rest_still_go(wires):
+    from dfc.runtime.cluster.wire import keypair
+    keys = keypair()
+    inbox, failed = Inbox(2), []
+    b = wires("b", keys, inbox)
+    a = wires("a", keys, on_error=lambda step, e: failed.append((step, e)))
+    a.connect({"b": b.address})
+    with a.cv:      # one batch: the bad value among good ones
+        a.send("b", "s1", ("ok:0", "a", "b", ()), np.float32(1))
+        a.send("b", "s2", ("bad:0", "a", "b", ()), np.array([lambda: 0], dtype=object))
+        a.send("b", "s1", ("ok:1", "a", "b", ()), np.float32(2))
+    assert inbox.full.wait(30)
+    assert [k[0] for _s, k, _v in inbox.items] == ["ok:0", "ok:1"]
+    assert len(failed) == 1 and failed[0][0] == "s2" and isinstance(failed[0][1], dfc.DfcRuntimeError)
+    assert "bad:0" in str(failed[0][1]) and "could not be sent" in str(failed[0][1])
 
 
 def test_a_send_to_a_peer_that_is_gone_does_not_block(wires):

@@ -118,7 +118,7 @@ class Cluster:
         self.wire = None            # the chief's Wire; None under Ray Client (the tasks may not reach it)
         try:
             if not _client_mode():
-                self.wire = wire.Wire("chief", self._keys, self._arrive)
+                self.wire = wire.Wire("chief", self._keys, self._arrive, self._unsent)
             for t in self.task_names:
                 self._start(t)
             self._connect_all()
@@ -251,6 +251,11 @@ class Cluster:
         route = self.routes.get(step)
         if route is not None:       # else the step is over: a late message is dropped
             route.arrive(key, value)
+
+    def _unsent(self, step, error):
+        route = self.routes.get(step)
+        if route is not None:       # the step fails with this error
+            route.failed = route.failed or error
 
     def ensure_graphs(self, task, graphs):
         """Before a step on `task`: send it the partition graphs (hash -> JSON text) it does not hold yet,

@@ -58,7 +58,7 @@ class Task:
         self.lock = threading.Lock()
         self.chief_box = ChiefBox()     # messages to a chief that is not on the wire (Ray Client)
         self.peers = {}
-        self.wire = Wire(name, wire_keys, self._arrive)
+        self.wire = Wire(name, wire_keys, self._arrive, self._unsent)
         n = min(4, os.cpu_count() or 2) if num_threads is None else int(num_threads)
         self.pool = None
         if n > 0:
@@ -154,11 +154,21 @@ class Task:
         try:
             st.rv.arrive(key, value)
         except BaseException as e:   # noqa: BLE001 — reported to the chief by run_step
-            with self.lock:
-                st.error = st.error or error_info(e)
-                st.aborted, coord = st.aborted or "error", st.coord
-            if coord is not None:
-                coord.abort("error")
+            self._fail(st, e)
+
+    def _unsent(self, step, error):
+        """A message of this task's Wire could not be sent: its step fails (reported by run_step)."""
+        with self.lock:
+            st = self.steps.get(step)
+        if st is not None:
+            self._fail(st, error)
+
+    def _fail(self, st, e):
+        with self.lock:
+            st.error = st.error or error_info(e)
+            st.aborted, coord = st.aborted or "error", st.coord
+        if coord is not None:
+            coord.abort("error")
 
     def _plan(self, ghash, fetches, feeds, targets, frame_ids, opts):
         key = (ghash, tuple(fetches), tuple(sorted(feeds)), tuple(targets), opts.get("parallel_iterations"),

@@ -257,12 +257,14 @@ class Wire:
     """One process's ZeroMQ endpoint: a bound PULL socket read by one thread, a PUSH socket per peer.
 
     on_message(step, key, value) is called on the receiving thread for each message (on a thread of its
-    own for a value to fetch from the object store, which may take long). Sends come from any thread."""
+    own for a value to fetch from the object store, which may take long). Sends come from any thread;
+    on_error(step, error) is called for a message that could not be pickled (its step must fail: left
+    unsent, the message would keep the step from ever looking quiescent)."""
 
-    def __init__(self, name, keys, on_message, host=None):
+    def __init__(self, name, keys, on_message, on_error=None, host=None):
         zmq = _zmq()
         from zmq.auth.thread import ThreadAuthenticator
-        self.name, self.on_message = name, on_message
+        self.name, self.on_message, self.on_error = name, on_message, on_error
         self.public, secret = keys
         self.ctx = zmq.Context()
         # only a peer proving it holds the cluster's secret key gets through the handshake
@@ -341,15 +343,40 @@ class Wire:
             for dest, item in batch:
                 by_peer.setdefault(dest, []).append(item)
             for dest, items in by_peer.items():
-                buffers = []
-                head = pickle.dumps(items, protocol=5, buffer_callback=lambda b: _out_of_band(b, buffers))
-                frames = [head, *(b.raw() for b in buffers)]
+                frames = self._pack(items)
                 peer = self.peers.get(dest)
-                if peer is None:
+                if peer is None or frames is None:
                     continue
                 with peer.lock:
                     if peer.sock is not None:       # else closed by connect() (its process was replaced)
                         peer.sock.send_multipart(frames)
+
+    def _pack(self, items):
+        """The frames of one message carrying items, or None. An item that does not pickle is left out and
+        its step told (on_error)."""
+        try:
+            buffers = []
+            head = pickle.dumps(items, protocol=5, buffer_callback=lambda b: _out_of_band(b, buffers))
+            return [head, *(b.raw() for b in buffers)]
+        except Exception as e:   # noqa: BLE001 — find the items that do not pickle
+            good = []
+            for item in items:
+                try:
+                    pickle.dumps(item[2], protocol=5)
+                    good.append(item)
+                except Exception as bad:   # noqa: BLE001 — reported to its step
+                    self._unsent(item, bad)
+            if len(good) == len(items):     # none is to blame alone: fail their steps rather than lose them
+                for item in items:
+                    self._unsent(item, e)
+                return None
+            return self._pack(good) if good else None
+
+    def _unsent(self, item, error):
+        step, key, value = item
+        if self.on_error is not None:
+            self.on_error(step, DfcRuntimeError(f"the value of {key[0]} ({type(value).__name__}) could not be "
+                                                f"sent to another process: {type(error).__name__}: {error}"))
 
     def _receive(self):
         import zmq
