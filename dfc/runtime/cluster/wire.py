@@ -398,7 +398,12 @@ class Wire:
                     threading.Thread(target=self.on_message, args=(step, key, value), daemon=True,
                                      name=f"dfc-fetch-{self.name}").start()
                 else:
-                    self.on_message(step, key, value)
+                    try:
+                        self.on_message(step, key, value)
+                    except Exception as e:   # noqa: BLE001 — the step fails; this thread must go on
+                        if self.on_error is not None:
+                            self.on_error(step, DfcRuntimeError(f"a value for {key[0]} could not be received: "
+                                                                f"{type(e).__name__}: {e}"))
 
     def close(self):
         with self.cv:
