@@ -12,8 +12,8 @@
    iterations/s for parallel_iterations 1..32 (pipelining across processes).
 3. The MoE sample's training step (samples/moe.py) with its four experts on four tasks vs on four
    devices of one process: time per step and bytes moved between processes (plain and bfloat16).
-4. Transfer: time to move an array between two tasks inline in the actor call vs through Ray's
-   object store, by size (the threshold Session(object_store_bytes=) uses).
+4. Transfer: time to move an array between two tasks inline on the cluster's ZeroMQ sockets vs through
+   Ray's object store, by size (the threshold Session(object_store_bytes=) uses).
 
 Each figure is the median of --reps runs (after a warm-up run), with the spread (min-max).
 """

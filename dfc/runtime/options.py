@@ -14,7 +14,7 @@ import dataclasses
 from dfc.errors import DfcError
 
 # Send/Recv values of this many bytes or more cross tasks through Ray's object store (by reference), smaller
-# ones inline in the message that carries them (benchmarks/cluster.py's transfer part measured the crossover).
+# ones inline on the cluster's sockets (benchmarks/cluster.py, "transfer", measures both).
 OBJECT_STORE_BYTES = 256 << 10
 
 

@@ -80,8 +80,9 @@ class Cluster:
 
     def __init__(self, tasks, address=None, num_threads=_DEFAULT_THREADS, gpus=None, checkpoint_dir=None,
                  ray_init=None, liveness_timeout=None, placement=None):
-        from dfc.runtime.cluster import placement as places
+        from dfc.runtime.cluster import placement as places, wire
         self.placement = places.parse(placement, list(tasks))     # before Ray starts: bad input fails fast
+        self._keys = wire.keypair()                               # (and a missing pyzmq)
         ray = _ray()
         self.address = address
         self.liveness_timeout = parse_liveness_timeout(liveness_timeout)
@@ -112,9 +113,13 @@ class Cluster:
         self.lock = threading.Lock()
         self.generation = {}        # task -> how many times it was (re)started
         self._tokens = []
-        self._outboxes = {}         # task -> Outbox of the chief's Sends to it (shared by every Session)
         self._stale = set()         # tasks that may not have the newest peer handles (no reply to connect)
+        self.addresses = {}         # task -> its Wire's address
+        self.routes = {}            # step id -> the ClusterStep whose messages the chief's Wire hands over
+        self.wire = None            # the chief's Wire; None under Ray Client (the tasks may not reach it)
         try:
+            if not _client_mode():
+                self.wire = wire.Wire("chief", self._keys, self._arrive, self._unsent)
             for t in self.task_names:
                 self._start(t)
             self._connect_all()
@@ -142,10 +147,10 @@ class Cluster:
             opts.update(placement.ray_options(name, self.placement[name], ray.nodes()))
         opts.pop("name")
         h = self._actor_class().options(**opts).remote(name, self.num_threads, self.checkpoint_dir,
-                                                      self.liveness_timeout)
+                                                      self.liveness_timeout, self._keys)
         wait = max(START_TIMEOUT, self.liveness_timeout)
         try:
-            ray.get(h.ping.remote(), timeout=wait)
+            address = ray.get(h.ping.remote(), timeout=wait)["address"]
         except Exception as e:   # noqa: BLE001 — Ray's timeout and actor errors
             try:
                 ray.kill(h)
@@ -155,6 +160,9 @@ class Cluster:
                 if isinstance(e, ray.exceptions.GetTimeoutError) else _why(e)
             raise DfcRuntimeError(f"task {name} could not be started: {why}") from None
         self.handles[name] = h
+        self.addresses[name] = address
+        if self.wire is not None:
+            self.wire.connect({name: address})
         self._stale.discard(name)
         self.loaded[name] = set()
         self.generation[name] = self.generation.get(name, 0) + 1
@@ -164,7 +172,8 @@ class Cluster:
         left out: its own restart connects it. One that does not answer within the liveness timeout is
         told again before its next step (ensure_graphs)."""
         ray = _ray()
-        refs = {h.connect.remote(self.handles): task for task, h in self.handles.items()}
+        addresses = self._addresses()
+        refs = {h.connect.remote(self.handles, addresses): task for task, h in self.handles.items()}
         done, late = ray.wait(list(refs), num_returns=len(refs), timeout=self.liveness_timeout)
         self._stale.update(refs[r] for r in late)
         for ref in done:
@@ -224,23 +233,40 @@ class Cluster:
             self._start(task)
             self._connect_all()
 
-    def chief_outboxes(self):
-        """task -> the Outbox that ships the chief's Sends to that task (remade when a task restarts)."""
-        from dfc.runtime.cluster.wire import Outbox
-        with self.lock:
-            for task, h in self.handles.items():
-                box = self._outboxes.get(task)
-                if box is None or box.handle is not h:
-                    if box is not None:
-                        box.close()
-                    self._outboxes[task] = Outbox(h, task)
-            return self._outboxes
+    def _addresses(self):
+        return {**self.addresses, "chief": self.wire.address if self.wire is not None else None}
+
+    def ship(self, dest, step, key, value):
+        """A message from the chief to task `dest`: on the wire, or in a Task.deliver call (a value in the
+        object store, whose reference Ray must count, and every message under Ray Client)."""
+        from dfc.runtime.cluster.wire import Stored
+        if self.wire is not None and not isinstance(value, Stored):
+            self.wire.send(dest, step, key, value)
+            return
+        h = self.handles.get(dest)
+        if h is None:
+            raise DfcRuntimeError(f"the cluster has no live task {dest} (was it restarted during the step?)")
+        h.deliver.remote([(step, key, value)])
+
+    def take(self, task, step, n, timeout):
+        """A value task holds for the chief (wire.Held), through Ray's object store."""
+        return _ray().get(self.handle(task).take.remote(step, n), timeout=timeout)
+
+    def _arrive(self, step, key, value):
+        route = self.routes.get(step)
+        if route is not None:       # else the step is over: a late message is dropped
+            route.arrive(key, value)
+
+    def _unsent(self, step, error):
+        route = self.routes.get(step)
+        if route is not None:       # the step fails with this error
+            route.failed = route.failed or error
 
     def ensure_graphs(self, task, graphs):
         """Before a step on `task`: send it the partition graphs (hash -> JSON text) it does not hold yet,
         and the peer handles if it missed the newest ones."""
         if task in self._stale:
-            self.ask(task, "connect", self.handles)
+            self.ask(task, "connect", self.handles, self._addresses())
             self._stale.discard(task)
         have = self.loaded[task]
         missing = [(h, text) for h, text in graphs if h not in have]
@@ -268,6 +294,9 @@ class Cluster:
             except Exception:   # noqa: BLE001
                 pass
         self.handles.clear()
+        if self.wire is not None:
+            self.wire.close()
+            self.wire = None
         if self in _connected:
             _connected.remove(self)
         if self._started_ray:
@@ -304,6 +333,15 @@ def connect(address=None, tasks=None, num_threads=_DEFAULT_THREADS, gpus=None, c
     process already called ray.init, dfc uses that Ray as it is."""
     return Cluster(parse_tasks(tasks or {"worker": 1}), address, num_threads, gpus, checkpoint_dir, ray_init,
                    liveness_timeout, placement)
+
+
+def _client_mode():
+    """This process reaches Ray through Ray Client (ray://): the tasks may have no route back to it."""
+    try:
+        from ray.util.client import ray as client
+    except ImportError:
+        return False
+    return client.is_connected()
 
 
 def _why(e):

@@ -6,8 +6,8 @@ devices on threads as a one-process run does, and waits. It is not in any
 loop's control path: tasks drive their own control-loop state machines and
 talk to each other directly. The chief also
 
-- moves the messages tasks send to its own Recvs (a poller per task; the
-  chief is not an actor, so tasks cannot call it);
+- receives the messages tasks send to its own Recvs on its Wire (under Ray
+  Client, from each task's chief box, which its status poller empties);
 - detects a stuck step by a distributed quiescence check: when, in two
   successive rounds of status reports, every process is idle, every message
   sent has been received and no count has moved, nothing can ever happen —
@@ -29,7 +29,7 @@ from dfc.errors import DfcDeadlockError, DfcError, DfcRuntimeError
 from dfc.ir.graph import parse_input
 from dfc.ir.serialize import to_json
 from dfc.runtime.cluster import no_answer
-from dfc.runtime.cluster.wire import Counters, Outbox, StepRendezvous, task_of
+from dfc.runtime.cluster.wire import Counters, StepRendezvous, task_of
 from dfc.runtime.executor import PartitionedRun, Plan, Run, Transport
 from dfc.runtime.partition import route
 from dfc.runtime.rendezvous import Aborted, Coordinator
@@ -89,9 +89,9 @@ class ClusterStep:
             c.ensure_graphs(task, texts)
         opts = dict(p.opts, compression=self.s.wire_compression, store_bytes=self.s.object_store_bytes,
                     trace=self.s.trace is not None, liveness=self.liveness)
-        outboxes = c.chief_outboxes()
-        self.rv = StepRendezvous(self.step, None, outboxes, self.counters, opts["compression"], opts["store_bytes"],
-                                 fetch_timeout=self.liveness)
+        self.rv = StepRendezvous(self.step, None, c.ship, self.counters, opts["compression"], opts["store_bytes"],
+                                 fetch_timeout=self.liveness, take=c.take)
+        c.routes[self.step] = self
         self.coord = Coordinator(list(p.local), distributed=True) if p.local else None
         refs, handles = {}, {}
         for task, items in p.remote.items():
@@ -118,6 +118,7 @@ class ClusterStep:
             error = self._wait(refs, results, local_thread, local_result)
         finally:
             self.over.set()
+            c.routes.pop(self.step, None)
             for h in [c.handles.get(t) for t in p.remote]:
                 if h is not None:
                     try:
@@ -153,8 +154,8 @@ class ClusterStep:
             out["error"] = e
 
     def _poll(self, task, h):
-        """Move the task's messages to the chief's Recvs and keep its latest status; a task that gives no
-        reply within the liveness timeout is taken for dead (the step fails naming it)."""
+        """Keep the task's latest status (and, under Ray Client, move its messages to the chief's Recvs); a
+        task that gives no reply within the liveness timeout is taken for dead (the step fails naming it)."""
         import ray
         n = 0
         while not self.over.is_set():
@@ -167,16 +168,23 @@ class ClusterStep:
                     self.dead.setdefault(task, f"task {task} died during the step ({_death(e)})")
                 return
             self.replied[task] = time.monotonic()
-            try:
-                for key, value in msgs:
-                    self.rv.arrive(key, value)
-            except Exception as e:   # noqa: BLE001 — a value that cannot be received: the step cannot finish
-                self.failed = self.failed or DfcRuntimeError(f"a value task {task} sent to the chief could not be "
-                                                             f"received: {e}")
-                return
+            for key, value in msgs:         # only under Ray Client: else they come on the chief's Wire
+                if not self.arrive(key, value, task):
+                    return
             n += 1
             with self.polls_lock:
                 self.status[task] = (n, status)
+
+    def arrive(self, key, value, task=None):
+        """A message a task sent to the chief's Recvs; False if it cannot be received (the step fails)."""
+        try:
+            self.rv.arrive(key, value)
+            return True
+        except Exception as e:   # noqa: BLE001 — a value that cannot be received: the step cannot finish
+            who = f"task {task}" if task is not None else f"task {task_of(key[1])}"
+            self.failed = self.failed or DfcRuntimeError(f"a value {who} sent to the chief could not be "
+                                                         f"received: {e}")
+            return False
 
     def _wait(self, refs, results, local_thread, local_result):
         """Wait for every part of the step; return the error to raise, or None."""

@@ -10,6 +10,8 @@ one-process partitioned run does), each device driving its own control-loop
 state machines (§4.4, Figure 6): there is no coordinator in the loop. The
 chief only sends the step's feeds, receives its fetches, and asks `status`
 for the quiescence check that turns a stuck step into a DfcDeadlockError.
+Values cross between processes on the task's ZeroMQ `Wire` (wire.py), whose
+address the task publishes through `ping` and learns its peers' in `connect`.
 """
 import collections
 import os
@@ -19,16 +21,12 @@ import time
 from dfc.errors import DfcError, DfcRuntimeError
 from dfc.ir.serialize import loads
 from dfc.runtime import checkpoints, containers
-from dfc.runtime.cluster.wire import ChiefBox, Counters, Outbox, StepRendezvous
+from dfc.runtime.cluster.wire import ChiefBox, Counters, StepRendezvous, Wire
 from dfc.runtime.devices import DeviceSet, split_task
 from dfc.runtime.executor import KernelContext, PartitionedRun, Plan, Run, Transport, default_printer
 from dfc.runtime.rendezvous import Aborted, Coordinator
 
 FINISHED_KEPT = 256          # step ids remembered as finished: late messages for them are dropped
-
-
-def _actor_id(handle):
-    return getattr(handle, "_actor_id", None) or id(handle)
 
 
 class _Step:
@@ -51,15 +49,16 @@ def error_info(e):
 class Task:
     """The body of a cluster task's actor (wrapped with ray.remote by dfc.runtime.cluster)."""
 
-    def __init__(self, name, num_threads=None, checkpoint_dir=None, liveness=None):
+    def __init__(self, name, num_threads=None, checkpoint_dir=None, liveness=None, wire_keys=None):
         self.name = name
         self.liveness = liveness    # the cluster's liveness timeout (each step's opts say it again)
         self.devices = DeviceSet()
         self.graphs, self.plans = {}, {}
         self.steps, self.finished = {}, collections.OrderedDict()
         self.lock = threading.Lock()
-        self.outboxes, self.chief_box = {}, ChiefBox()
+        self.chief_box = ChiefBox()     # messages to a chief that is not on the wire (Ray Client)
         self.peers = {}
+        self.wire = Wire(name, wire_keys, self._arrive, self._unsent)
         n = min(4, os.cpu_count() or 2) if num_threads is None else int(num_threads)
         self.pool = None
         if n > 0:
@@ -67,26 +66,49 @@ class Task:
             self.pool = ThreadPoolExecutor(n, thread_name_prefix=f"dfc-{name}")
         self.files = checkpoints.Directory(checkpoint_dir, confined=True)
         self.run_count = 0
+        self.given = 0          # large values other processes took from this task (Task.take)
         self.current = {}       # step -> name of a node the task was last seen waiting on (for error messages)
 
     # ------------------------------------------------------------------ set-up
     def ping(self):
         import ray
-        return {"task": self.name, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
+        return {"task": self.name, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
+                "address": self.wire.address}
 
-    def connect(self, peers):
-        """peers: task name -> actor handle of every other task."""
-        for name, handle in peers.items():
-            if name == self.name:
-                continue
-            old = self.peers.get(name)
-            if old is not None and _actor_id(old) == _actor_id(handle) and name in self.outboxes:
-                continue            # the same process: keep its outbox (steps in flight are using it)
-            self.peers[name] = handle
-            box, self.outboxes[name] = self.outboxes.get(name), Outbox(handle, name)   # swapped, never missing
-            if box is not None:
-                box.close()
+    def connect(self, peers, addresses):
+        """peers: task name -> actor handle of every other task; addresses: task name (and "chief") -> its
+        Wire's address (the chief's None under Ray Client: its messages then wait in the chief box)."""
+        self.peers = {name: h for name, h in peers.items() if name != self.name}
+        self.wire.connect({name: a for name, a in addresses.items() if name != self.name})
         return True
+
+    def _ship(self, dest, step, key, value):
+        if dest is None and not self.wire.reaches("chief"):
+            self.chief_box.put(step, key, value)
+        else:
+            self.wire.send("chief" if dest is None else dest, step, key, value)
+
+    def _take(self, task, step, n, timeout):
+        import ray
+        return ray.get(self.peers[task].take.remote(step, n), timeout=timeout)
+
+    def take(self, step, n):
+        """A value of object_store_bytes or more this task holds for another process (wire.Held): it is
+        returned through Ray's object store."""
+        with self.lock:
+            st = self.steps.get(step)
+        if st is None:
+            raise DfcRuntimeError(f"task {self.name} no longer holds the values of step {step} (it ended)")
+        value = st.rv.give(n)
+        with self.lock:
+            self.given += 1
+        return value
+
+    def held(self):
+        """Large values this task holds for other processes ("held": none once their steps ended) and has
+        given them ("given", since it started)."""
+        with self.lock:
+            return {"held": sum(len(st.rv.held) for st in self.steps.values()), "given": self.given}
 
     def has_graphs(self, hashes):
         return [h for h in hashes if h in self.graphs]
@@ -107,8 +129,8 @@ class Task:
             st = self.steps.get(step)
             if st is None:
                 counters = Counters()
-                rv = StepRendezvous(step, self.name, self.outboxes, counters, opts.get("compression"),
-                                    opts.get("store_bytes"), self.chief_box, opts.get("liveness", self.liveness))
+                rv = StepRendezvous(step, self.name, self._ship, counters, opts.get("compression"),
+                                    opts.get("store_bytes"), opts.get("liveness", self.liveness), self._take)
                 st = self.steps[step] = _Step(rv, counters)
             elif "liveness" in opts:        # made by a message that came before run_step
                 st.rv.compression, st.rv.store_bytes = opts.get("compression"), opts.get("store_bytes")
@@ -116,22 +138,37 @@ class Task:
             return st
 
     def deliver(self, batch):
-        """Values other tasks (or the chief) sent to this task's Recvs: [(step, key, value)]. One that
-        cannot be received fails its step: left uncounted, it would keep the step from ever looking
-        quiescent, and its Recv would wait forever."""
+        """Values the chief sent in an actor call, not on the wire: [(step, key, value)] (its values in the
+        object store, and all of them under Ray Client)."""
         for step, key, value in batch:
-            st = self._state(step, {})
-            if st is None:
-                continue
-            try:
-                st.rv.arrive(key, value)
-            except BaseException as e:   # noqa: BLE001 — reported to the chief by run_step
-                with self.lock:
-                    st.error = st.error or error_info(e)
-                    st.aborted, coord = st.aborted or "error", st.coord
-                if coord is not None:
-                    coord.abort("error")
+            self._arrive(step, key, value)
         return True
+
+    def _arrive(self, step, key, value):
+        """A value another process sent to this task's Recvs. One that cannot be received fails its step:
+        left uncounted, it would keep the step from ever looking quiescent, and its Recv would wait
+        forever."""
+        st = self._state(step, {})
+        if st is None:
+            return
+        try:
+            st.rv.arrive(key, value)
+        except BaseException as e:   # noqa: BLE001 — reported to the chief by run_step
+            self._fail(st, e)
+
+    def _unsent(self, step, error):
+        """A message of this task's Wire could not be sent: its step fails (reported by run_step)."""
+        with self.lock:
+            st = self.steps.get(step)
+        if st is not None:
+            self._fail(st, error)
+
+    def _fail(self, st, e):
+        with self.lock:
+            st.error = st.error or error_info(e)
+            st.aborted, coord = st.aborted or "error", st.coord
+        if coord is not None:
+            coord.abort("error")
 
     def _plan(self, ghash, fetches, feeds, targets, frame_ids, opts):
         key = (ghash, tuple(fetches), tuple(sorted(feeds)), tuple(targets), opts.get("parallel_iterations"),
