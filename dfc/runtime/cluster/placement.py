@@ -5,7 +5,8 @@
 
 A placement names a task ("worker:1") or a whole job ("worker"); the task's own entry wins. Forms:
 
-* ``"spread"`` — Ray's SPREAD strategy: the job's tasks go to different nodes where Ray can;
+* ``"spread"`` — task k of the job on the k-th live node (by node id, round robin), by node affinity:
+  Ray's own SPREAD strategy is best effort and put two tasks on one node of two in a third of the runs;
 * ``"node:ID"`` — that node (its Ray node id, or a unique prefix of it): node affinity, not soft;
 * ``"ip:ADDRESS"`` — the one node at that address (an error if several nodes share it, as raylets
   started on one machine do: name the node or a label then);
@@ -74,7 +75,13 @@ def ray_options(task, where, nodes):
     kind, value = where
     alive = [n for n in nodes if n.get("Alive")]
     if kind == "spread":
-        return {"scheduling_strategy": "SPREAD"}
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        ids = sorted(n["NodeID"] for n in alive)
+        if not ids:
+            raise DfcError(f"the Ray cluster has no live node to spread {task} over")
+        k = int(task.rsplit(":", 1)[1])
+        # soft: a node that cannot host the task (no GPU left) lets Ray choose another
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(ids[k % len(ids)], soft=True)}
     if kind == "label":
         if not any(all((n.get("Labels") or {}).get(k) == v for k, v in value.items()) for n in alive):
             have = sorted({f"{k}={v}" for n in alive for k, v in (n.get("Labels") or {}).items()
