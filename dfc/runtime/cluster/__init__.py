@@ -144,7 +144,7 @@ class Cluster:
         opts["runtime_env"] = {"env_vars": {v: threads for v in BLAS_THREAD_VARS}}
         if name in self.placement:
             from dfc.runtime.cluster import placement
-            opts.update(placement.ray_options(name, self.placement[name], ray.nodes()))
+            opts.update(placement.ray_options(name, self.placement[name], ray.nodes(), self.gpus.get(job, 0)))
         opts.pop("name")
         h = self._actor_class().options(**opts).remote(name, self.num_threads, self.checkpoint_dir,
                                                       self.liveness_timeout, self._keys)

@@ -5,8 +5,9 @@
 
 A placement names a task ("worker:1") or a whole job ("worker"); the task's own entry wins. Forms:
 
-* ``"spread"`` — task k of the job on the k-th live node (by node id, round robin), by node affinity:
-  Ray's own SPREAD strategy is best effort and put two tasks on one node of two in a third of the runs;
+* ``"spread"`` — task k of the job on the k-th live node (by node id, round robin; nodes with GPUs when
+  the job asks for them), by node affinity: Ray's own SPREAD strategy, and a soft affinity, are best
+  effort and put two tasks on one node of two in some runs;
 * ``"node:ID"`` — that node (its Ray node id, or a unique prefix of it): node affinity, not soft;
 * ``"ip:ADDRESS"`` — the one node at that address (an error if several nodes share it, as raylets
   started on one machine do: name the node or a label then);
@@ -70,18 +71,17 @@ def _one(value, task):
     return kind, rest
 
 
-def ray_options(task, where, nodes):
-    """Ray actor options that put `task` where `where` says; nodes: ray.nodes()."""
+def ray_options(task, where, nodes, gpus=0):
+    """Ray actor options that put `task` where `where` says; nodes: ray.nodes(); gpus: what the task asks."""
     kind, value = where
     alive = [n for n in nodes if n.get("Alive")]
     if kind == "spread":
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        ids = sorted(n["NodeID"] for n in alive)
+        ids = sorted(n["NodeID"] for n in alive if (n.get("Resources") or {}).get("GPU", 0) >= gpus)
         if not ids:
-            raise DfcError(f"the Ray cluster has no live node to spread {task} over")
+            raise DfcError(f"the Ray cluster has no live node{' with GPUs' if gpus else ''} to spread {task} over")
         k = int(task.rsplit(":", 1)[1])
-        # soft: a node that cannot host the task (no GPU left) lets Ray choose another
-        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(ids[k % len(ids)], soft=True)}
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(ids[k % len(ids)], soft=False)}
     if kind == "label":
         if not any(all((n.get("Labels") or {}).get(k) == v for k, v in value.items()) for n in alive):
             have = sorted({f"{k}={v}" for n in alive for k, v in (n.get("Labels") or {}).items()
