@@ -4,11 +4,15 @@ so a chain of column gathers beside a matmul lands on the matmul's device and wa
 gathers are real work and the placer runs them on the idle device. Results stay the same; the time saved
 is in benchmarks/placement_costs.py."""
 import numpy as np
+import pytest
 
 import dfc
 from dfc.runtime.trace import node_costs
 
 N = 384
+# the placer's choice between two CPU devices of one process is the subject (the strict double's default
+# device would take every node)
+pytestmark = pytest.mark.host_devices("placement among cpu:0 and cpu:1 is the subject")
 
 
 def work(a, perm):
