@@ -594,8 +594,9 @@ def test_a_partitioned_loop_that_never_ends_hits_the_memory_limit():
     assert m, str(e.value)
     total, arrays, sent = map(int, m.groups())
     # most of it is sent values; the arrays' share grows with how many body iterations run at once,
-    # which a loaded machine raises (2.8 MB arrays beside 7.6 MB sent was seen with other work running)
-    assert total == arrays + sent > 8_000_000 and sent > 6_000_000 and sent > 2 * arrays
+    # which a loaded machine raises (3.8 MB arrays beside 7.6 MB sent was seen in CI with Recvs scheduled
+    # as late as their consumers allow)
+    assert total == arrays + sent > 8_000_000 and sent > 6_000_000 and sent > arrays
 
 
 @pytest.mark.parametrize("body_device", ["cpu:1", "cpu:0"])
