@@ -17,6 +17,7 @@ from dfc.compiler.tracing import Tensor, capture, convert, user_location
 from dfc.compiler.control_flow import CondBranch, WhileContext, iterates, loop_builder
 from dfc.compiler.autodiff import forward_rules as R
 from dfc.compiler.autodiff.gradients import GradState, _source, norm_ref
+from dfc.compiler.autodiff.stack_grad import StackLinks
 from dfc.compiler.autodiff.op_grads import GRADS, NOT_DIFFERENTIABLE
 
 
@@ -33,7 +34,6 @@ class ForwardState(GradState):
         for n in self.graph.nodes.values():
             for c in n.control_inputs:
                 self.waiters.setdefault(c, []).append(n.name)
-        self.stack_pushes = {}   # StackV2 node -> its StackPush nodes
         # Merges of a value computed in a cond branch with a dummy from the other one, which the reverse mode
         # builds to save the value on a stack (GradState.lift): a unit of the cond's outer context
         loop_merges = {m.node for L in b.loops.values() for m in L.merges}
@@ -62,12 +62,11 @@ class ForwardState(GradState):
 
     def compute_units(self, x_refs, y_refs):
         graph, nodes = self.graph, self.graph.nodes
-        cons, pushes, pops = {}, self.stack_pushes, {}
+        cons, links = {}, StackLinks(graph)
+        self.links = links
         for n in nodes.values():
             for ref in n.data_inputs:
                 cons.setdefault(norm_ref(ref), []).append(n.name)
-            if n.op in ("StackPush", "StackPop"):
-                (pushes if n.op == "StackPush" else pops).setdefault(_stack_of(graph, n.name), []).append(n.name)
         fwd, seen, stack = set(), set(), list(x_refs)
         while stack:
             r = stack.pop()
@@ -87,7 +86,7 @@ class ForwardState(GradState):
                     if nodes[src].op in ("TensorArray", "TensorArrayGrad"):
                         stack.append(f"{src}:1")
                 if op == "StackPush":     # what is pushed comes back at the pops of the same stack
-                    for pop in pops.get(_stack_of(graph, c), ()):
+                    for pop in links.pops_fed_by(c):
                         fwd.add(pop)
                         stack.append(f"{pop}:0")
         bwd, stack = set(), [parse_input(r)[0] for r in y_refs]
@@ -98,7 +97,7 @@ class ForwardState(GradState):
             bwd.add(name)
             n = nodes[name]
             if n.op == "StackPop":
-                stack += pushes.get(_stack_of(graph, name), [])
+                stack += links.pushes_feeding(name)
                 continue
             if n.op in NOT_DIFFERENTIABLE and n.op != "StackPush":
                 continue
@@ -166,7 +165,7 @@ class ForwardState(GradState):
         return self._here(hit[0]), self._here(hit[1])
 
     def tangent_stack(self, handle_ref, create):
-        name = _stack_of(self.graph, handle_ref, is_ref=True)
+        name = _source(self.graph, handle_ref)
         hit = self.tan_stacks.get(name)
         if hit is None and create:
             node, b = self.graph.nodes[name], self.b
@@ -176,8 +175,7 @@ class ForwardState(GradState):
 
     def pushed_between(self, handle_ref):
         """Whether a push on the stack behind handle_ref pushes a value with a tangent."""
-        stack = _stack_of(self.graph, handle_ref, is_ref=True)
-        return any(p in self.between for p in self.stack_pushes.get(stack, ()))
+        return any(p in self.between for p in self.links.pushes.get(_source(self.graph, handle_ref), ()))
 
     # ------------------------------------------------------------ the forward sweep
     def propagate(self, C):
@@ -329,7 +327,3 @@ def _ta_source(graph, handle_ref):
         name = parse_input(graph.nodes[name].data_inputs[0])[0]
     return name
 
-
-def _stack_of(graph, x, is_ref=False):
-    """The StackV2 node behind a push/pop node (or behind a handle ref)."""
-    return _source(graph, x if is_ref else graph.nodes[x].data_inputs[0])
