@@ -30,16 +30,20 @@ class XlaProgram:
     One compiled function per (input shapes and dtypes, Variables present, stack capacities). When a loop
     pushes more than a stack's capacity, the run is repeated with the capacity raised to the next power of
     two above the high-water mark (`reruns` counts them); later calls keep the larger capacities.
-    `jitted(feeds, variables)` is the traced function of the current capacities, for timing without the
-    numpy conversions.
+    `compile(feeds)` compiles ahead of a run (a Session's background thread does, dfc/runtime/xla/auto.py);
+    `ready(feeds)` says whether a run with these feeds would find its executable compiled.
     """
 
-    def __init__(self, graph):
+    def __init__(self, graph, fetches=None, feed_names=None, targets=()):
+        """The graph's signature, or (a Session's run) these fetch refs, fed node names and targets."""
         sig = graph.signature
         self.graph, self.inputs = graph, sig.get("inputs", [])
         self.outputs = sig.get("outputs")
-        refs = [leaf["ref"] for leaf in structure.leaves(self.outputs)]
-        self.plan = p = Plan(graph, refs, [s["node"] for s in self.inputs], tuple(sig.get("targets", [])))
+        if fetches is None:
+            fetches = [leaf["ref"] for leaf in structure.leaves(self.outputs)]
+            feed_names, targets = [s["node"] for s in self.inputs], tuple(sig.get("targets", []))
+        self.feed_names = list(feed_names)
+        self.plan = p = Plan(graph, list(fetches), self.feed_names, tuple(targets))
         self.analysis = Analysis(p, FrameIndex(p))
         self.types = graph.infer_types()
         self.caps = {}            # stack / TensorArray node -> rows of its buffer (set once its rows are known)
@@ -47,12 +51,12 @@ class XlaProgram:
         self.ta_lengths = {}      # TensorArrayStack node -> the length the last run stacked
         self.variables = {var_key(n): n for n in p.nodes if n.op == "VarHandle"}
         self.reruns = 0
-        self._avals, self._fns = {}, {}
+        self._avals, self._fns, self._compiled = {}, {}, {}
 
     # ------------------------------------------------------------------ tracing
     def _trace(self, caps, avals, discover, ta_lengths, feeds, variables):
         low = Lowerer(self.plan, self.analysis, self.types, dict(caps), avals, discover, dict(ta_lengths))
-        low.feed_names = [s["node"] for s in self.inputs]
+        low.feed_names = self.feed_names
         outs, lives, state = low.run(feeds, variables)
         highs = {k: v[2] if k[0] == "s" else v[3] for k, v in state.items() if k[0] in "st" and k[1:].isdigit()}
         new_vars = {k: v for k, v in state.items() if k.startswith("v:")}
@@ -60,8 +64,7 @@ class XlaProgram:
         return outs, lives, new_vars, errors, highs, state["stacked"]
 
     def _function(self, feeds, variables):
-        sig = (tuple((f.shape, f.dtype.str) for f in feeds), tuple(sorted((k, v.shape, v.dtype.str)
-                                                                          for k, v in variables.items())))
+        sig = self._key(feeds, variables)[0]
         avals = self._avals.get(sig)
         if avals is None:        # the abstract pass: what each stack holds
             avals = {}
@@ -72,10 +75,31 @@ class XlaProgram:
                     self.caps[i] = initial_rows(*avals[i]) if avals.get(i) is not None else MIN_ROWS
         caps, lengths = tuple(sorted(self.caps.items())), tuple(sorted(self.ta_lengths.items()))
         key = (sig, caps, lengths)
-        fn = self._fns.get(key)
+        fn = self._compiled.get(key) or self._fns.get(key)
         if fn is None:
             fn = self._fns[key] = jax.jit(lambda f, v: self._trace(caps, avals, False, lengths, f, v))
         return fn
+
+    def _key(self, feeds, variables):
+        sig = (tuple((f.shape, f.dtype.str) for f in feeds), tuple(sorted((k, v.shape, v.dtype.str)
+                                                                          for k, v in variables.items())))
+        return sig, (sig, tuple(sorted(self.caps.items())), tuple(sorted(self.ta_lengths.items())))
+
+    def ready(self, feeds):
+        """Whether a run with these feeds (and the Variables as they are) has its executable compiled."""
+        sig, key = self._key(feeds, self._variables())
+        return sig in self._avals and key in self._compiled
+
+    def compile(self, feeds, variables=None):
+        """Trace and compile for these feeds (and the Variables' current values) ahead of the first run;
+        the executable serves every later run with the same types and buffer sizes."""
+        variables = self._variables() if variables is None else variables
+        with jax.enable_x64(True):
+            fn = self._function(feeds, variables)
+            if isinstance(fn, jax.stages.Compiled):
+                return
+            key = next(k for k, f in self._fns.items() if f is fn)
+            self._compiled[key] = fn.lower(feeds, variables).compile()
 
     # ------------------------------------------------------------------ calling
     def feeds(self, *args):
@@ -91,12 +115,15 @@ class XlaProgram:
                 out[key] = r.read()
         return out
 
-    def jitted(self, feeds, variables=None):
-        variables = self._variables() if variables is None else variables
-        return self._function(feeds, variables)
-
     def __call__(self, *args):
-        feeds = self.feeds(*args)
+        return structure.pack(self.outputs, self.run(self.feeds(*args)))
+
+    def run(self, feeds):
+        """The fetched values (numpy arrays, in order) of one run on converted feeds (in feed_names' order)."""
+        with jax.enable_x64(True):
+            return self._run(feeds)
+
+    def _run(self, feeds):
         variables = self._variables()
         while True:
             # one transfer of everything back (each value fetched on its own costs a sync of its own)
@@ -124,4 +151,4 @@ class XlaProgram:
             r = containers.get(n.attrs.get("container", "")).variable(n.attrs["shared_name"], lambda: value,
                                                                      node=n.name)
             r.assign(value)
-        return structure.pack(self.outputs, [np.asarray(o) for o in outs])
+        return [np.asarray(o) for o in outs]
