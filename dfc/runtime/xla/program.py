@@ -133,7 +133,7 @@ class XlaProgram:
             for s, h in over.items():
                 self.caps[s] = 1 << (h - 1).bit_length()
             wrong = {i: int(length) for i, (n, length) in stacked.items() if int(n) != int(length)}
-            self.ta_lengths.update({i: int(length) for i, (_, length) in stacked.items()})
+            self.ta_lengths.update(wrong)       # (only lengths other than the trace assumed: a key per function)
             if not over and not wrong:
                 break
             self.reruns += 1
