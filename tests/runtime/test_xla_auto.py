@@ -203,3 +203,59 @@ def test_a_program_that_ends_while_xla_compiles_exits_cleanly(tmp_path):
     r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "terminate" not in r.stderr
+
+
+_CACHED = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import dfc
+    from dfc.runtime.xla import auto
+    auto.START_SECONDS = 0.0
+    fused = auto.XlaRun.fused
+    auto.XlaRun.fused = lambda self, s, feeds: fused(self, 10.0, feeds)
+
+    @dfc.function
+    def f(x, n):
+        y = x
+        while dfc.reduce_sum(y) < n:
+            y = y * y
+        return dfc.gradients(dfc.reduce_sum(y), x)
+
+    x = np.array([1.1, 1.2, 1.3])
+    first = f(x, np.float64(50.0))
+    s = dfc.runtime.session.session_for(f.trace(x, np.float64(50.0)))
+    (xr,) = s._xla_runs.values()
+    xr.wait()
+    for _ in range(auto.TRIALS + 2):
+        f(x, np.float64(50.0))
+    print(json.dumps(dict(first=first.tolist(), **s.compiled_runs()[0])))
+""")
+
+
+def _cached_run(tmp_path, cache):
+    script = tmp_path / "cached.py"
+    script.write_text(_CACHED)
+    env = dict(os.environ, DFC_COMPILE_LOOPS="auto", DFC_CACHE_DIR=str(cache), PYTHONPATH=os.getcwd())
+    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_runs_compiled_from_its_first_call_with_the_disk_cache(tmp_path):
+    first = _cached_run(tmp_path, tmp_path / "cache")
+    assert first["state"] == "compiled" and not first["from_disk"]
+    assert len(list((tmp_path / "cache" / "xla").glob("*.pkl"))) == 1
+    second = _cached_run(tmp_path, tmp_path / "cache")
+    assert second["from_disk"] and second["state"] == "compiled"
+    assert second["fused_ms"] is None             # not one fused run: compiled from the first call
+    assert second["first"] == first["first"]
+
+
+def test_a_cache_directory_others_can_write_is_not_used(tmp_path):
+    cache = tmp_path / "shared"
+    cache.mkdir(mode=0o777)
+    os.chmod(cache, 0o777)
+    out = _cached_run(tmp_path, cache)
+    assert out["state"] == "compiled" and not out["from_disk"]
+    assert not (cache / "xla").exists()

@@ -13,6 +13,9 @@ compiled run that flags an error (an empty stack, a TensorArray misuse, a dead f
 the Session runs that step on the fused path, which raises the error with its usual message, or, should
 the two disagree, gives the fused path's answer. A process that ends while a compile runs waits for it
 (seconds at most; a thread inside XLA's compiler at interpreter shutdown would abort the process).
+
+A run whose compiled code proved faster is kept in the disk cache (disk.py); a later process with the same
+graph and input types loads it on its first call and runs compiled from there, without fused runs first.
 """
 import statistics
 import threading
@@ -46,14 +49,18 @@ class XlaRun:
         self.fused_times, self.compiled_times = [], []
         self.compiled_runs = 0
         self.program, self._thread = None, None
+        self._digest = None         # the graph's hash, for the disk entry (disk.py)
+        self.loaded = False         # the executable came from the disk cache
         self.replanned = False     # (the Session replanned a refused run for numba)
 
     # ------------------------------------------------------------------ one run
     def run(self, feeds):
         """The fetched values of a compiled run, or None: the caller runs it fused (and calls `fused`)."""
+        flat = [feeds[n] for n in self.feed_names]
+        if self.state == "fused" and self._digest is None:
+            self._load(flat)
         if self.state not in ("trial", "compiled"):
             return None
-        flat = [feeds[n] for n in self.feed_names]
         if not self.program.ready(flat):        # new input shapes or Variables: compile those too
             self._start(flat, "compiling")
             return None
@@ -72,6 +79,8 @@ class XlaRun:
             if len(self.compiled_times) >= TRIALS:
                 slower = statistics.median(self.compiled_times) > statistics.median(self.fused_times[-_RECENT:])
                 self.state = "slower" if slower else "compiled"
+                if not slower:
+                    self._save(flat)
         return values
 
     def fused(self, seconds, feeds):
@@ -109,6 +118,37 @@ class XlaRun:
         self.compile_seconds = (self.compile_seconds or 0.0) + time.perf_counter() - t
         self.state = "compiled" if self.compiled_times and len(self.compiled_times) >= TRIALS else "trial"
 
+    def _entry(self, flat):
+        from dfc.runtime.xla import disk
+        if self._digest is None:
+            self._digest = disk.graph_digest(self.graph)
+        return disk.entry(self._digest, self.fetches, self.feed_names, self.targets, flat)
+
+    def _load(self, flat):
+        """A run some process compiled and kept before: its executable from the disk cache, at once."""
+        import os
+        path = self._entry(flat)
+        if path is None or not os.path.exists(path):
+            return
+        t = time.perf_counter()
+        try:
+            from dfc.runtime.xla import to_jax
+            program = to_jax(self.graph, self.fetches, self.feed_names, self.targets)
+            if not program.load(path, flat):
+                return
+        except Exception:  # noqa: BLE001 — an entry that does not load is compiled again, as if absent
+            return
+        self.program, self.loaded, self.state = program, True, "compiled"
+        self.compile_seconds = time.perf_counter() - t
+
+    def _save(self, flat):
+        path = self._entry(flat)
+        if path is not None and not self.loaded:
+            try:
+                self.program.save(path, flat)
+            except Exception:  # noqa: BLE001 — a cache that cannot be written costs the next process a compile
+                pass
+
     def wait(self, timeout=None):
         """Wait for a compile in progress (tests, benchmarks)."""
         if self._thread is not None:
@@ -118,5 +158,6 @@ class XlaRun:
         """What `Session.compiled_runs()` reports for this run."""
         med = (lambda xs: round(statistics.median(xs) * 1e3, 4) if xs else None)
         return {"state": self.state, "reason": self.reason, "compile_seconds": self.compile_seconds,
+                "from_disk": self.loaded,
                 "compiled_runs": self.compiled_runs, "fused_ms": med(self.fused_times),
                 "compiled_ms": med(self.compiled_times)}

@@ -1,4 +1,6 @@
 """XlaProgram: a graph's signature run as one jax.jit-compiled function (see lower.py for the lowering)."""
+import pickle
+
 import numpy as np
 
 import jax
@@ -100,6 +102,34 @@ class XlaProgram:
                 return
             key = next(k for k, f in self._fns.items() if f is fn)
             self._compiled[key] = fn.lower(feeds, variables).compile()
+
+    def save(self, path, feeds):
+        """Write the executable of these feeds, with what the program learned, to `path` (disk.py)."""
+        from jax.experimental import serialize_executable
+        sig, key = self._key(feeds, self._variables())
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            return False
+        payload, in_tree, out_tree = serialize_executable.serialize(compiled)
+        from dfc.runtime.xla import disk
+        disk.write(path, pickle.dumps(dict(payload=payload, in_tree=in_tree, out_tree=out_tree, sig=sig,
+                                           avals=self._avals[sig], caps=self.caps, ta_lengths=self.ta_lengths)))
+        return True
+
+    def load(self, path, feeds):
+        """Take the executable of these feeds from `path` (written by `save`); False if it holds another
+        signature (Variables of other shapes) or cannot be loaded."""
+        from jax.experimental import serialize_executable
+        with open(path, "rb") as f:
+            d = pickle.load(f)
+        sig = self._key(feeds, self._variables())[0]
+        if d["sig"] != sig:
+            return False
+        with jax.enable_x64(True):
+            compiled = serialize_executable.deserialize_and_load(d["payload"], d["in_tree"], d["out_tree"])
+        self._avals[sig], self.caps, self.ta_lengths = d["avals"], dict(d["caps"]), dict(d["ta_lengths"])
+        self._compiled[self._key(feeds, self._variables())[1]] = compiled
+        return True
 
     # ------------------------------------------------------------------ calling
     def feeds(self, *args):
