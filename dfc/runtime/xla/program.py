@@ -14,6 +14,16 @@ from dfc.runtime.session import convert_input
 from dfc.runtime.xla.lower import Analysis, Lowerer
 from dfc.runtime.xla.state import var_key
 
+# 64-bit types for dfc's own traces and runs, in the calling thread only (jax.enable_x64 since jax 0.7;
+# jax.experimental.enable_x64 before)
+_X64 = getattr(jax, "enable_x64", None)
+if _X64 is None:
+    from jax.experimental import enable_x64 as _X64
+
+
+def x64():
+    return _X64(True)
+
 # Rows a stack or TensorArray buffer starts with: as many as fit in STACK_BYTES, between MIN_ROWS and
 # MAX_ROWS (a power of two). Every run zeroes its buffers, so they stay small; a loop that outruns one
 # costs a re-run and a compile, after which the buffer has the next power of two above what it needed.
@@ -96,7 +106,7 @@ class XlaProgram:
         """Trace and compile for these feeds (and the Variables' current values) ahead of the first run;
         the executable serves every later run with the same types and buffer sizes."""
         variables = self._variables() if variables is None else variables
-        with jax.enable_x64(True):
+        with x64():
             fn = self._function(feeds, variables)
             if isinstance(fn, jax.stages.Compiled):
                 return
@@ -125,7 +135,7 @@ class XlaProgram:
         sig = self._key(feeds, self._variables())[0]
         if d["sig"] != sig:
             return False
-        with jax.enable_x64(True):
+        with x64():
             compiled = serialize_executable.deserialize_and_load(d["payload"], d["in_tree"], d["out_tree"])
         self._avals[sig], self.caps, self.ta_lengths = d["avals"], dict(d["caps"]), dict(d["ta_lengths"])
         self._compiled[self._key(feeds, self._variables())[1]] = compiled
@@ -150,7 +160,7 @@ class XlaProgram:
 
     def run(self, feeds):
         """The fetched values (numpy arrays, in order) of one run on converted feeds (in feed_names' order)."""
-        with jax.enable_x64(True):
+        with x64():
             return self._run(feeds)
 
     def _run(self, feeds):
