@@ -66,7 +66,7 @@ class XlaProgram:
     pushes more than a stack's capacity, the run is repeated with the capacity raised to the next power of
     two above the high-water mark (`reruns` counts them); later calls keep the larger capacities.
     `compile(feeds)` compiles ahead of a run (a Session's background thread does, dfc/runtime/xla/auto.py);
-    `ready(feeds)` says whether a run with these feeds would find its executable compiled.
+    `run(feeds, compiled_only=True)` runs only if that executable exists.
     """
 
     def __init__(self, graph, fetches=None, feed_names=None, targets=()):
@@ -124,11 +124,6 @@ class XlaProgram:
         sig = (tuple((f.shape, f.dtype.str) for f in feeds), tuple(sorted((k, v.shape, v.dtype.str)
                                                                           for k, v in variables.items())))
         return sig, (sig, tuple(sorted(self.caps.items())), tuple(sorted(self.ta_lengths.items())))
-
-    def ready(self, feeds):
-        """Whether a run with these feeds (and the Variables as they are) has its executable compiled."""
-        sig, key = self._key(feeds, self._variables())
-        return sig in self._avals and key in self._compiled
 
     def compile(self, feeds, variables=None):
         """Trace and compile for these feeds (and the Variables' current values) ahead of the first run;
