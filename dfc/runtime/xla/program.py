@@ -9,6 +9,7 @@ from dfc.runtime import containers
 from dfc.runtime.executor import Plan
 from dfc.runtime.fused import FrameIndex
 from dfc.runtime.session import convert_input
+from dfc.runtime.xla import checks
 from dfc.runtime.xla.lower import Analysis, Lowerer
 from dfc.runtime.xla.state import var_key
 
@@ -56,7 +57,7 @@ class XlaProgram:
         outs, lives, state = low.run(feeds, variables)
         highs = {k: v[2] if k[0] == "s" else v[3] for k, v in state.items() if k[0] in "st" and k[1:].isdigit()}
         new_vars = {k: v for k, v in state.items() if k.startswith("v:")}
-        errors = {"under": state["under"], "ta_error": state["ta_error"]}
+        errors = {"under": state["under"], "ta_error": state["ta_error"], **checks.results(state)}
         return outs, lives, new_vars, errors, highs, state["stacked"]
 
     def _function(self, feeds, variables):
@@ -110,6 +111,7 @@ class XlaProgram:
             if not over and not wrong:
                 break
             self.reruns += 1
+        checks.raise_first(self.plan, errors)
         if bool(errors["under"]):
             raise DfcRuntimeError("pop from an empty stack")
         if bool(errors["ta_error"]):
