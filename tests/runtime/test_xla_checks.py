@@ -117,12 +117,51 @@ def test_an_index_in_a_branch_not_taken_raises_nothing():
 
 
 def _grad_of_getitem(x, i):
-    return dfc.gradients(dfc.reduce_sum(x[i] * x[i]), x)
+    y = x[i]
+    return dfc.gradients(dfc.reduce_sum(y * y), x)
 
 
 def test_gradient_of_indexing():
     _same(_grad_of_getitem, np.arange(4.0), np.array([1, 1, 3]))
     _raises(_grad_of_getitem, np.arange(4.0), np.array([1, 4]))
+
+
+# ------------------------------------------------------------------------------------------- TensorArrays
+def _ta_sum(x, k):
+    ta = dfc.TensorArray("float64", size=0).unstack(x)
+    s, i = 0.0, 0
+    while i < k:
+        s = s + ta.read(i)
+        i += 1
+    return s
+
+
+def _ta_scan(x):
+    ta = dfc.TensorArray("float64", size=0).unstack(x)
+    i, v = 0, 1.0
+    while v >= 0.0:                 # runs away if the read past the end is clamped
+        v = ta.read(i)
+        i += 1
+    return i
+
+
+def _ta_write(n, size, dynamic, twice):
+    ta = dfc.TensorArray("float64", size=size, dynamic_size=dynamic)
+    i = 0
+    while i < n:
+        ta = ta.write(i // 2 if twice else i, dfc.cast(i, "float64"))
+        i += 1
+    return ta.stack()
+
+
+def test_tensor_array_errors_name_their_node():
+    _same(_ta_sum, np.arange(3.0), np.int64(3))
+    assert "TensorArray index 3 out of range (size 3)" in _raises(_ta_sum, np.arange(3.0), np.int64(5))[2]
+    _raises(_ta_scan, np.array([1.0, 2.0]))
+    _same(lambda n: _ta_write(n, 0, True, False), np.int64(3))
+    assert "index 0 written twice" in _raises(lambda n: _ta_write(n, 0, True, True), np.int64(3))[2]
+    assert "index 2 read before" in _raises(lambda n: _ta_write(n, 4, True, False), np.int64(2))[2]
+    assert "index 2 out of range (size 2)" in _raises(lambda n: _ta_write(n, 2, False, False), np.int64(3))[2]
 
 
 # ------------------------------------------------------------------------------------------- integers

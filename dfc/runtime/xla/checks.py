@@ -1,5 +1,6 @@
 """Run-time checks of the XLA lowering (lower.py): where dfc's numpy kernel raises on the values of a run
-(an index out of range, an integer division by zero, a failed Assert), the compiled run records the failure
+(an index out of range, an integer division by zero, a failed Assert, a TensorArray index out of range or
+written twice or read unwritten, a pop from an empty stack), the compiled run records the failure
 and program.py raises the same DfcError after the run, naming the node. XLA itself never raises: a gather
 clamps an index out of range, a scatter drops it, an integer division by zero gives garbage. Without these
 checks such a run would return a silently wrong answer.
@@ -20,7 +21,7 @@ import numpy as np
 
 import jax.numpy as jnp
 
-from dfc.errors import DfcAssertionError, DfcError, DfcIndexError
+from dfc.errors import DfcAssertionError, DfcError, DfcIndexError, DfcRuntimeError
 from dfc.runtime.kernels.math_lower import cast_native
 from dfc.runtime.limits import kernel_error
 from dfc.runtime.xla import jops
@@ -186,6 +187,20 @@ def rechecks(plan, items):
     return any(it[0] == "node" and plan.nodes[it[1]].op in _CHECKS for it in items)
 
 
+# ---------------------------------------------------------------------------------------------- state
+# The failures of TensorArrays and stacks (state.py), as parts of their node's code.
+NEGATIVE, OUT_OF_RANGE, TWICE, UNWRITTEN, EMPTY = 1, 2, 3, 4, 5
+_STATE_MESSAGES = {
+    NEGATIVE: "TensorArray index {a} is negative", OUT_OF_RANGE: "TensorArray index {a} out of range (size {b})",
+    TWICE: "TensorArray index {a} written twice", UNWRITTEN: "TensorArray index {a} read before it was written",
+}
+
+
+def fail(state, lits, L, bad, i, part, a=0, b=0):
+    """Record state failure `part` of node i where `bad` holds (see _record)."""
+    _record(state, lits, L, bad, _code(i, part), a, b)
+
+
 # ---------------------------------------------------------------------------------------------- effects
 EFFECTS = frozenset({"Assert"})
 
@@ -256,6 +271,10 @@ def raise_first(plan, errors):
         text = ", ".join(str(_host(v)) for v in data)
         raise DfcAssertionError(f"assertion failed: {msg}" + (f" [{text}]" if text else ""), node=node.name,
                                 loc=node.loc)
+    if op == "StackPop":
+        raise kernel_error(node, DfcRuntimeError("pop from an empty stack", node=node.name))
+    if op.startswith("TensorArray"):
+        raise kernel_error(node, DfcRuntimeError(_STATE_MESSAGES[part].format(a=a, b=b)))
     if op in ("TakeAlongAxis", "TakeAlongAxisGrad"):
         e = DfcIndexError(f"take_along_axis index out of range: indices span [{a}, {b}] for a dimension "
                           f"of size {c}")

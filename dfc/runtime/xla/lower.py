@@ -34,7 +34,7 @@ from dfc.runtime.kernel_context import KernelContext
 from dfc.ir.kinds import MERGE, NEXT, SWITCH
 from dfc.runtime.fused import _TAGGED_OPS, FrameProgram, NotFusable, _toposort
 from dfc.runtime.kernels.registry import host
-from dfc.runtime.xla import checks, jops
+from dfc.runtime.xla import checks
 from dfc.runtime.xla.jops import NotLowerable
 from dfc.runtime.xla.state import STATE_OPS, StateOps, _concrete
 
@@ -116,7 +116,7 @@ class Lowerer(StateOps):
         env, live = {}, {}
         for i, v in zip(self.feed_nodes(), feeds):
             env[(i, 0)], live[(i, 0)] = v, TRUE
-        state = {"poison": jnp.bool_(False), "under": jnp.bool_(False), "ta_error": jnp.bool_(False)}
+        state = {"poison": jnp.bool_(False)}
         self.stacked = {}
         state.update(variables)
         checks.init(self, state)

@@ -57,7 +57,7 @@ class XlaProgram:
         outs, lives, state = low.run(feeds, variables)
         highs = {k: v[2] if k[0] == "s" else v[3] for k, v in state.items() if k[0] in "st" and k[1:].isdigit()}
         new_vars = {k: v for k, v in state.items() if k.startswith("v:")}
-        errors = {"under": state["under"], "ta_error": state["ta_error"], **checks.results(state)}
+        errors = checks.results(state)
         return outs, lives, new_vars, errors, highs, state["stacked"]
 
     def _function(self, feeds, variables):
@@ -112,10 +112,6 @@ class XlaProgram:
                 break
             self.reruns += 1
         checks.raise_first(self.plan, errors)
-        if bool(errors["under"]):
-            raise DfcRuntimeError("pop from an empty stack")
-        if bool(errors["ta_error"]):
-            raise DfcRuntimeError("TensorArray index out of range, written twice, or read before it was written")
         for (i, _), lv in zip(self.plan.fetches, lives):
             if not bool(lv):
                 raise DfcRuntimeError("fetched value is dead (it comes from a branch that was not taken)",
