@@ -260,6 +260,23 @@ def test_assert_in_a_loop_reports_the_first_failure():
     assert "stays positive [-0.5, 3]" in msg
 
 
+def _assert_on_stacked(n):
+    ta = dfc.TensorArray("float64", size=0)
+    i = 0
+    while i < n:
+        ta = ta.write(i, 3.0 - dfc.cast(i, "float64"))
+        i += 1
+    s = ta.stack()
+    dfc.Assert(dfc.reduce_all(s > 0.0), [s], "all positive")
+    return s
+
+
+def test_assert_data_whose_shape_is_learned_by_running_again():
+    _same(_assert_on_stacked, np.int64(2))
+    assert "all positive [[ 3.  2.  1.  0. -1.]]" in _raises(_assert_on_stacked, np.int64(5),
+                                                           error=dfc.DfcAssertionError)[2]
+
+
 def test_print_is_refused_naming_its_node():
     def f(x):
         dfc.print("x is", x)

@@ -213,8 +213,10 @@ def effect(low, node, i, vals, L, state, lits):
         return []
     first = _record(state, lits, L, ~jnp.all(jnp.asarray(vals[0])), _code(i))
     if data:
-        slot = state[f"a{i}"]
-        state[f"a{i}"] = tuple(jnp.where(first, d, s) for d, s in zip(data, slot))
+        # outside loops the Assert runs once (its slot need not exist before, and its data's shapes may change
+        # between compilations, e.g. a stacked TensorArray's length); in a loop, the slot made by `init`
+        old = state[f"a{i}"] if low.depth else [jnp.zeros_like(d) for d in data]
+        state[f"a{i}"] = tuple(jnp.where(first, d, s) for d, s in zip(data, old))
     return []
 
 
