@@ -320,3 +320,18 @@ def test_sorting_with_nan():
     args = (np.array([3.0, np.nan, 1.0, np.nan, 3.0]),)
     _lowered_or_skip(f, *args)
     _same(f, *args)
+
+
+@pytest.mark.parametrize("case", ["cholesky", "solve", "inv"])
+def test_linear_algebra_of_a_singular_matrix(case):
+    f = {"cholesky": lambda a, b: dfc.linalg.cholesky(a), "solve": lambda a, b: dfc.linalg.solve(a, b),
+         "inv": lambda a, b: dfc.linalg.inv(a)}[case]
+    good, b = np.array([[4.0, 1.0], [1.0, 3.0]]), np.ones((2, 1))
+    bad = np.array([[1.0, 2.0], [2.0, 1.0]]) if case == "cholesky" else np.array([[1.0, 2.0], [2.0, 4.0]])
+    _lowered_or_skip(f, good, b)
+    _same(f, good, b)
+    _raises(f, bad, b)
+
+
+def test_an_input_the_outputs_do_not_use():
+    _same(lambda x, unused: x * 2.0, np.arange(3.0), np.ones(2))

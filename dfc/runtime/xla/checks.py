@@ -187,6 +187,22 @@ def rechecks(plan, items):
     return any(it[0] == "node" and plan.nodes[it[1]].op in _CHECKS for it in items)
 
 
+# ---------------------------------------------------------------------------------------------- after lowering
+# numpy's LAPACK raises LinAlgError where XLA's factorizations give NaN or infinity: a matrix that is not
+# positive definite, an exactly singular one (a zero pivot divides). With finite inputs, a non-finite result
+# is that failure (numpy too would give infinity only on overflow, which these factorizations do not reach
+# for matrices numpy accepts).
+_LINALG = {"Cholesky": "Matrix is not positive definite", "MatrixSolve": "Singular matrix",
+           "MatrixInverse": "Singular matrix"}
+
+
+def after(low, node, i, vals, outs, L, state, lits):
+    """Record the failure the numpy kernel of `node` would raise, seen in its lowered outputs."""
+    if node.op in _LINALG:
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(jnp.asarray(v))) for v in vals]))
+        _record(state, lits, L, finite & ~jnp.all(jnp.isfinite(outs[0])), _code(i))
+
+
 # ---------------------------------------------------------------------------------------------- state
 # The failures of TensorArrays and stacks (state.py), as parts of their node's code.
 NEGATIVE, OUT_OF_RANGE, TWICE, UNWRITTEN, EMPTY = 1, 2, 3, 4, 5
@@ -277,7 +293,9 @@ def raise_first(plan, errors):
         raise kernel_error(node, DfcRuntimeError("pop from an empty stack", node=node.name))
     if op.startswith("TensorArray"):
         raise kernel_error(node, DfcRuntimeError(_STATE_MESSAGES[part].format(a=a, b=b)))
-    if op in ("TakeAlongAxis", "TakeAlongAxisGrad"):
+    if op in _LINALG:
+        e = np.linalg.LinAlgError(_LINALG[op])
+    elif op in ("TakeAlongAxis", "TakeAlongAxisGrad"):
         e = DfcIndexError(f"take_along_axis index out of range: indices span [{a}, {b}] for a dimension "
                           f"of size {c}")
     elif op in ("FloorDiv", "Mod"):

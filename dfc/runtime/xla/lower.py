@@ -115,7 +115,8 @@ class Lowerer(StateOps):
         p = self.p
         env, live = {}, {}
         for i, v in zip(self.feed_nodes(), feeds):
-            env[(i, 0)], live[(i, 0)] = v, TRUE
+            if i is not None:           # (an input the outputs do not use is not in the plan)
+                env[(i, 0)], live[(i, 0)] = v, TRUE
         state = {"poison": jnp.bool_(False)}
         self.stacked = {}
         state.update(variables)
@@ -131,7 +132,7 @@ class Lowerer(StateOps):
         return outs, lives, state
 
     def feed_nodes(self):
-        return [self.p.feed_index[name] for name in self.feed_names]
+        return [self.p.feed_index.get(name) for name in self.feed_names]
 
     # ------------------------------------------------------------------ items
     def eval_items(self, items, a, env, live, state, lits, pure=False):
@@ -186,6 +187,7 @@ class Lowerer(StateOps):
             if outs is None:
                 checks.check(self, node, i, vals, L, state, lits)
                 outs = checks.lower(node, vals)
+                checks.after(self, node, i, vals, outs, L, state, lits)
                 outs = [self._typed(node, k, o) for k, o in enumerate(outs)]
         for k in range(nout):
             env[(i, k)] = outs[k] if k < len(outs) else True
