@@ -69,6 +69,16 @@ def test_getitem_with_computed_indices(i, j):
     assert isinstance(out, tuple) == (i != [-1, 2])
 
 
+def _getitem_ellipsis(x, i, j):
+    return x[..., None, i] * 2.0, x[j, ..., 1:]
+
+
+@pytest.mark.parametrize("i, j", [(2, 1), (3, 1), (-4, 0), (0, 2), (0, -3)])
+def test_getitem_axes_after_an_ellipsis(i, j):
+    out = _same(_getitem_ellipsis, np.ones((2, 4, 3)), np.int64(i), np.int64(j))
+    assert isinstance(out, tuple) == ((i, j) in [(3, 1), (-4, 0), (0, 2), (0, -3)])
+
+
 def _walk(x, start):
     # runs away if an index out of range is clamped: x's last element is never negative
     i = start
@@ -278,6 +288,8 @@ def test_assert_data_whose_shape_is_learned_by_running_again():
 
 
 def test_print_is_refused_naming_its_node():
+    # The kernel prints in program order, once per execution of the node and only where it runs; the XLA
+    # program raises its failures after the run, so a print must come from a path that runs node by node.
     def f(x):
         dfc.print("x is", x)
         return x * 2.0

@@ -10,12 +10,19 @@ is no failure; otherwise (node index + 1) * 64 + part (part: the axis of an inde
 the message needs (the bad index and the dimension's size, ...). The first failure wins, as in the reference
 interpreter, which stops at the failing kernel; every loop stops once a failure is recorded (lower.py joins
 `ok(state)` to each loop predicate), so garbage computed after it cannot make a loop run away. A check counts
-only where its node is live: an index computed in a branch that was not taken raises nothing. An Assert's
-data (part of its message) is kept in `state["a<node>"]` from the first failure, in the shapes the discover
-pass saw (its avals are kept in the Lowerer's stack_avals under ("assert", node)).
+only where its node is live: an index computed in a branch that was not taken raises nothing. A loop's
+predicate is evaluated once more after the loop when it has a check, for the failures of its last evaluation
+(the one that stopped the loop). An Assert's data (part of its message) is kept in `state["a<node>"]` from
+its first failure; in a loop that slot exists before the loop, in the shapes the discover pass saw (kept in
+the Lowerer's stack_avals under ("assert", node)). Most checks read a node's inputs before its lowering
+(`check`); the linear algebra ones read its outputs (`after`).
 
 Value fixes (where the XLA operation gives another answer than numpy) are in `lower`: float -> integer casts
 give numpy's value (the lowest integer) for NaN, infinities and values out of range, where XLA saturates.
+
+Not fixed, and stated as the backend's tolerance: XLA on CPU flushes subnormal floats to zero, in inputs and
+results, comparisons included (numpy keeps them; no XLA flag of this jaxlib changes it); the sign of a zero
+from Maximum/Minimum/Max/Min of +0 and -0 may differ (numpy's own depends on its SIMD loop).
 """
 import numpy as np
 
@@ -49,7 +56,8 @@ def ok(state):
 
 def results(state):
     """What the run returns for `raise_first`."""
-    return {"err": state["err"], "assert_data": {k: v for k, v in state.items() if k[:1] == "a" and k[1:].isdigit()}}
+    data = {k: v for k, v in state.items() if k[:1] == "a" and k[1:].isdigit()}
+    return {"err": state["err"], "assert_data": data}
 
 
 def _record(state, lits, L, bad, code, a=0, b=0, c=0):
