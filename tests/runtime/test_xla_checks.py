@@ -192,6 +192,19 @@ def test_integer_division_floors_and_by_zero_raises(f, dtype):
     _same(f, np.array([7.5, -7.5, 1.0]), np.array([2.0, 0.0, -0.0]))     # floats: inf and nan
 
 
+def _constant_division_in_a_loop(n):
+    i, s = 0, dfc.constant(0)
+    while i < n:
+        s = s + dfc.constant(7) // dfc.constant(0)     # folded when compiling: it fails only if the body runs
+        i += 1
+    return s
+
+
+def test_a_failing_constant_in_a_loop_body_fails_only_if_the_body_runs():
+    _same(_constant_division_in_a_loop, np.int64(0))
+    _raises(_constant_division_in_a_loop, np.int64(2))
+
+
 def _pow(x, y):
     return x ** y
 

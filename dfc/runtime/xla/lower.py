@@ -181,7 +181,7 @@ class Lowerer(StateOps):
                     with np.errstate(all="ignore"):
                         outs = list(p.kern[i](self.ctx, vals))
                 except Exception as e:      # noqa: BLE001 — a live node's error is the run's error
-                    if L == TRUE:
+                    if L == TRUE and not self.depth:     # (in a loop: only if an iteration runs)
                         from dfc.runtime.limits import kernel_error
                         raise kernel_error(node, e) from None
             if outs is None:
