@@ -300,6 +300,36 @@ def test_assert_data_whose_shape_is_learned_by_running_again():
                                                            error=dfc.DfcAssertionError)[2]
 
 
+def _stays_small(i, n):
+    dfc.Assert(i < 5, [i], "i stays small")
+    return i < n
+
+
+def _assert_in_a_predicate(n):
+    i = 0
+    while _stays_small(i, n):       # the Assert is part of the loop's predicate: it fails in the last test
+        i += 1
+    return i
+
+
+def test_assert_in_a_loop_predicate():
+    _same(_assert_in_a_predicate, np.int64(3))
+    assert "i stays small [5]" in _raises(_assert_in_a_predicate, np.int64(8), error=dfc.DfcAssertionError)[2]
+
+
+def _unset_after_a_loop(n):
+    i = 0
+    while i < n:
+        y = i * 2
+        i += 1
+    return y
+
+
+def test_a_value_set_only_in_a_loop_that_ran_zero_times():
+    _same(_unset_after_a_loop, np.int64(3))
+    _raises(_unset_after_a_loop, np.int64(0), error=dfc.DfcAssertionError)
+
+
 def test_print_is_refused_naming_its_node():
     # The kernel prints in program order, once per execution of the node and only where it runs; the XLA
     # program raises its failures after the run, so a print must come from a path that runs node by node.

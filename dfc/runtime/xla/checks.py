@@ -192,7 +192,8 @@ def check(low, node, i, vals, L, state, lits):
 def rechecks(plan, items):
     """Whether any of `items` (a loop's predicate computation) has a check: its last evaluation, which
     stops the loop, runs again after the loop to record its failures."""
-    return any(it[0] == "node" and plan.nodes[it[1]].op in _CHECKS for it in items)
+    return any(it[0] == "node" and (plan.nodes[it[1]].op in _CHECKS or plan.nodes[it[1]].op in _LINALG
+                                    or plan.nodes[it[1]].op in EFFECTS) for it in items)
 
 
 # ---------------------------------------------------------------------------------------------- after lowering
