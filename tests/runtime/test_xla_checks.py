@@ -155,7 +155,7 @@ def _ta_scan(x):
     return i
 
 
-def _ta_write(n, size, dynamic, twice):
+def _ta_write(n, size=0, dynamic=True, twice=False):
     ta = dfc.TensorArray("float64", size=size, dynamic_size=dynamic)
     i = 0
     while i < n:
@@ -164,14 +164,36 @@ def _ta_write(n, size, dynamic, twice):
     return ta.stack()
 
 
-def test_tensor_array_errors_name_their_node():
-    _same(_ta_sum, np.arange(3.0), np.int64(3))
-    assert "TensorArray index 3 out of range (size 3)" in _raises(_ta_sum, np.arange(3.0), np.int64(5))[2]
-    _raises(_ta_scan, np.array([1.0, 2.0]))
-    _same(lambda n: _ta_write(n, 0, True, False), np.int64(3))
-    assert "index 0 written twice" in _raises(lambda n: _ta_write(n, 0, True, True), np.int64(3))[2]
-    assert "index 2 read before" in _raises(lambda n: _ta_write(n, 4, True, False), np.int64(2))[2]
-    assert "index 2 out of range (size 2)" in _raises(lambda n: _ta_write(n, 2, False, False), np.int64(3))[2]
+def _ta_write_twice(n):
+    return _ta_write(n, twice=True)
+
+
+def _ta_write_some(n):
+    return _ta_write(n, size=4)
+
+
+def _ta_write_fixed(n):
+    return _ta_write(n, size=2, dynamic=False)
+
+
+_TA_CASES = {
+    "read past the end": (_ta_sum, (np.arange(3.0), np.int64(5)), "TensorArray index 3 out of range (size 3)"),
+    "read": (_ta_sum, (np.arange(3.0), np.int64(3)), None),
+    "a read past the end stops the loop": (_ta_scan, (np.array([1.0, 2.0]),), "index 2 out of range (size 2)"),
+    "written twice": (_ta_write_twice, (np.int64(3),), "index 0 written twice"),
+    "read unwritten": (_ta_write_some, (np.int64(2),), "index 2 read before"),
+    "past a fixed size": (_ta_write_fixed, (np.int64(3),), "index 2 out of range (size 2)"),
+    "written": (_ta_write, (np.int64(3),), None),
+}
+
+
+@pytest.mark.parametrize("case", list(_TA_CASES))
+def test_tensor_array_errors_name_their_node(case):
+    f, args, message = _TA_CASES[case]
+    if message is None:
+        _same(f, *args)
+    else:
+        assert message in _raises(f, *args)[2]
 
 
 # ------------------------------------------------------------------------------------------- integers
