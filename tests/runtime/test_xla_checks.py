@@ -109,6 +109,22 @@ def test_an_index_out_of_range_in_a_loop_body():
     _same(_chase, x, nxt, np.int64(1), np.int64(6))         # 1 -> 3 -> 1 ...
 
 
+def _nested(x, n):
+    k, s = 0, 0.0
+    while s >= 0.0:                 # runs away if the inner loop's index past the end is clamped
+        j = 0
+        while j < n:
+            s = s + x[k + j]
+            j += 1
+        k += 1
+    return s
+
+
+def test_an_index_out_of_range_in_an_inner_loop_stops_the_outer_one():
+    _same(_nested, np.array([1.0, 2.0, -10.0]), np.int64(2))
+    assert "index 3 is out of bounds" in _raises(_nested, np.array([1.0, 2.0, 3.0]), np.int64(2))[2]
+
+
 def _guarded(x, i):
     k, s = 0, 0.0
     while k < 3:
