@@ -34,7 +34,7 @@ from dfc.runtime.kernel_context import KernelContext
 from dfc.ir.kinds import MERGE, NEXT, SWITCH
 from dfc.runtime.fused import _TAGGED_OPS, FrameProgram, NotFusable, _toposort
 from dfc.runtime.kernels.registry import host
-from dfc.runtime.xla import jops
+from dfc.runtime.xla import checks
 from dfc.runtime.xla.jops import NotLowerable
 from dfc.runtime.xla.state import STATE_OPS, StateOps, _concrete
 
@@ -115,10 +115,12 @@ class Lowerer(StateOps):
         p = self.p
         env, live = {}, {}
         for i, v in zip(self.feed_nodes(), feeds):
-            env[(i, 0)], live[(i, 0)] = v, TRUE
-        state = {"poison": jnp.bool_(False), "under": jnp.bool_(False), "ta_error": jnp.bool_(False)}
+            if i is not None:           # (an input the outputs do not use is not in the plan)
+                env[(i, 0)], live[(i, 0)] = v, TRUE
+        state = {"poison": jnp.bool_(False)}
         self.stacked = {}
         state.update(variables)
+        checks.init(self, state)
         lits = Literals()
         self.eval_items(self.an.root, None, env, live, state, lits)
         state["stacked"] = dict(self.stacked)       # (not state: the lengths each TensorArrayStack saw)
@@ -130,7 +132,7 @@ class Lowerer(StateOps):
         return outs, lives, state
 
     def feed_nodes(self):
-        return [self.p.feed_index[name] for name in self.feed_names]
+        return [self.p.feed_index.get(name) for name in self.feed_names]
 
     # ------------------------------------------------------------------ items
     def eval_items(self, items, a, env, live, state, lits, pure=False):
@@ -168,6 +170,8 @@ class Lowerer(StateOps):
             outs = self.state_op(node, i, vals, L, state, lits)
         elif op == "Const":
             outs = list(p.kern[i](None, ()))
+        elif op in checks.EFFECTS:
+            outs = checks.effect(self, node, i, vals, L, state, lits)
         elif opreg.get(op).stateful or op in _TAGGED_OPS:
             raise NotLowerable(f"no XLA lowering for the stateful op {op}", node=node.name)
         else:
@@ -177,11 +181,13 @@ class Lowerer(StateOps):
                     with np.errstate(all="ignore"):
                         outs = list(p.kern[i](self.ctx, vals))
                 except Exception as e:      # noqa: BLE001 — a live node's error is the run's error
-                    if L == TRUE:
+                    if L == TRUE and not self.depth:     # (in a loop: only if an iteration runs)
                         from dfc.runtime.limits import kernel_error
                         raise kernel_error(node, e) from None
             if outs is None:
-                outs = jops.lower(node, vals)
+                checks.check(self, node, i, vals, L, state, lits)
+                outs = checks.lower(node, vals)
+                checks.after(self, node, i, vals, outs, L, state, lits)
                 outs = [self._typed(node, k, o) for k, o in enumerate(outs)]
         for k in range(nout):
             env[(i, k)] = outs[k] if k < len(outs) else True
@@ -294,8 +300,9 @@ class Lowerer(StateOps):
         def cond_fun(carry):
             mv, st = carry
             env, live, lits = setup(mv)
-            self.eval_items(pre, a, env, live, dict(st), lits, pure=True)
-            return predicate(env, live, st) & jnp.logical_not(st["poison"])
+            st = dict(st)
+            self.eval_items(pre, a, env, live, st, lits, pure=True)
+            return predicate(env, live, st) & jnp.logical_not(st["poison"]) & checks.ok(st)
 
         def body_fun(carry):
             mv, st = carry
@@ -324,6 +331,10 @@ class Lowerer(StateOps):
                 final, st = tuple(init), dict(state)
             else:
                 final, st = lax.while_loop(cond_fun, body_fun, (tuple(init), dict(state)))
+                if checks.rechecks(p, pre):     # the failures of the predicate's last evaluation
+                    st = dict(st)
+                    env, live, lits = setup(final)
+                    self.eval_items(pre, a, env, live, st, lits, pure=True)
         finally:
             self.depth -= 1
         outs = []

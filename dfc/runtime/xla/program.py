@@ -12,6 +12,7 @@ from dfc.runtime import containers
 from dfc.runtime.executor import Plan
 from dfc.runtime.fused import FrameIndex
 from dfc.runtime.session import convert_input
+from dfc.runtime.xla import checks
 from dfc.runtime.xla.lower import Analysis, Lowerer
 from dfc.runtime.xla.state import var_key
 
@@ -96,7 +97,7 @@ class XlaProgram:
         outs, lives, state = low.run(feeds, variables)
         highs = {k: v[2] if k[0] == "s" else v[3] for k, v in state.items() if k[0] in "st" and k[1:].isdigit()}
         new_vars = {k: v for k, v in state.items() if k.startswith("v:")}
-        errors = {"under": state["under"], "ta_error": state["ta_error"]}
+        errors = checks.results(state)
         small = (lives, errors, highs, state["stacked"])
         if layout is None:
             return outs, new_vars, small
@@ -211,10 +212,7 @@ class XlaProgram:
             if not over and not wrong:
                 break
             self.reruns += 1
-        if bool(errors["under"]):
-            raise DfcRuntimeError("pop from an empty stack")
-        if bool(errors["ta_error"]):
-            raise DfcRuntimeError("TensorArray index out of range, written twice, or read before it was written")
+        checks.raise_first(self.plan, errors)
         for (i, _), lv in zip(self.plan.fetches, lives):
             if not bool(lv):
                 raise DfcRuntimeError("fetched value is dead (it comes from a branch that was not taken)",

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from dfc.errors import DfcRuntimeError
+from dfc.runtime.xla import checks
 from dfc.runtime.xla.jops import NotLowerable
 
 _STACK_OPS = ("StackV2", "StackPush", "StackPop")
@@ -95,7 +96,7 @@ class StateOps:
         lv = lits.value(L)
         cnt = cnt - 1 if lv is True else cnt - lv.astype(jnp.int32)
         on = True if lv is True else lv
-        state["under"] = state["under"] | (on & (cnt < 0))
+        checks.fail(state, lits, L, cnt < 0, i, checks.EMPTY)
         state["poison"] = state["poison"] | (on & (high > self.caps[s]))
         state[f"s{s}"] = (buf, cnt, high)
         return lax.dynamic_index_in_dim(buf, jnp.clip(cnt, 0, self.caps[s]), 0, keepdims=False)
@@ -143,12 +144,16 @@ class StateOps:
             buf, written, length, high = state[f"t{t}"]
             cap = buf.shape[0]
             lv = lits.value(L)
-            on = True if lv is True else lv
             if op == "TensorArrayWrite":
                 idx = jnp.asarray(vals[1]).astype(jnp.int32).reshape(())
                 at_ = idx if lv is True else jnp.where(lv, idx, cap)
                 top = idx + 1
-                bad = (idx < 0) | (written.at[idx].get(mode="clip") & (idx < cap) & (not ref.accumulate))
+                checks.fail(state, lits, L, idx < 0, i, checks.NEGATIVE, idx)
+                if not ref.dynamic:
+                    checks.fail(state, lits, L, idx >= length, i, checks.OUT_OF_RANGE, idx, length)
+                if not ref.accumulate:
+                    checks.fail(state, lits, L, written.at[idx].get(mode="clip") & (idx >= 0) & (idx < cap), i,
+                                checks.TWICE, idx)
                 buf = buf.at[at_].add(x, mode="drop") if ref.accumulate else buf.at[at_].set(x, mode="drop")
                 written = written.at[at_].set(True, mode="drop")
             else:
@@ -159,20 +164,20 @@ class StateOps:
                 rows = jnp.arange(n) if lv is True else jnp.where(lv, jnp.arange(n), cap)
                 buf = buf.at[rows].add(x, mode="drop") if ref.accumulate else buf.at[rows].set(x, mode="drop")
                 top = jnp.int32(n)
-                bad = jnp.any(written[:n]) & (not ref.accumulate)
+                # the kernel writes rows 0, 1, ...: the first row written before, or the first past a fixed size
+                past = (n > length) if not ref.dynamic else jnp.bool_(False)
+                if not ref.accumulate and n:
+                    row = jnp.argmax(written[:n])
+                    checks.fail(state, lits, L, jnp.any(written[:n]) & (~past | (row < length)), i, checks.TWICE, row)
+                checks.fail(state, lits, L, past, i, checks.OUT_OF_RANGE, length, length)
                 written = written.at[rows].set(True, mode="drop")
-            if not ref.dynamic:
-                bad = bad | (top > length)
             grown = jnp.maximum(length, top)
             length = grown if lv is True else jnp.where(lv, grown, length)
-            state["ta_error"] = state["ta_error"] | (on & bad)
             state[f"t{t}"] = (buf, written, length, jnp.maximum(high, length))
             return [flow]
         known = self.stack_avals.get(t)
         if known is None:
             raise NotLowerable("a TensorArray read before anything is written to it", node=node.name)
-        lv = lits.value(L)
-        on = True if lv is True else lv
         if op == "TensorArraySize":
             return [jnp.int64(0) if self.discover else state[f"t{t}"][2].astype(jnp.int64)]
         if op == "TensorArrayRead":
@@ -181,8 +186,9 @@ class StateOps:
             buf, written, length, high = state[f"t{t}"]
             idx = jnp.asarray(vals[1]).astype(jnp.int32).reshape(())
             if not ref.accumulate:
-                state["ta_error"] = state["ta_error"] | (on & ((idx < 0) | (idx >= length)
-                                                                | ~written.at[idx].get(mode="clip")))
+                checks.fail(state, lits, L, idx < 0, i, checks.NEGATIVE, idx)
+                checks.fail(state, lits, L, idx >= length, i, checks.OUT_OF_RANGE, idx, length)
+                checks.fail(state, lits, L, ~written.at[idx].get(mode="clip"), i, checks.UNWRITTEN, idx)
             return [buf.at[idx].get(mode="clip")]
         # TensorArrayStack: XLA needs its length statically; the run reports the real one (program.py)
         if self.depth:
@@ -195,8 +201,8 @@ class StateOps:
         if n > buf.shape[0]:
             state[f"t{t}"] = (buf, written, length, jnp.maximum(high, n))
             return [jnp.zeros((n,) + buf.shape[1:], buf.dtype)]
-        if not ref.accumulate:
-            state["ta_error"] = state["ta_error"] | (on & ~jnp.all(written[:n]))
+        if not ref.accumulate and n:
+            checks.fail(state, lits, L, ~jnp.all(written[:n]), i, checks.UNWRITTEN, jnp.argmin(written[:n]))
         self.stacked[i] = (np.int32(n), length)
         return [buf[:n]]
 
