@@ -36,7 +36,7 @@ from dfc.runtime.fused import _TAGGED_OPS, FrameProgram, NotFusable, _toposort
 from dfc.runtime.kernels.registry import host
 from dfc.runtime.xla import jops
 from dfc.runtime.xla.jops import NotLowerable
-from dfc.runtime.xla.state import STATE_OPS, StateOps, _concrete
+from dfc.runtime.xla.state import STATE_OPS, StackRef, StateOps, _concrete
 
 TRUE = frozenset()          # liveness: live (a conjunction of no literals)
 DEAD = None                 # liveness: dead whatever the inputs
@@ -237,6 +237,26 @@ class Lowerer(StateOps):
         live[(i, 0)] = live[(i, 1)] = L
 
     # ------------------------------------------------------------------ state
+    def _stack(self, node, i, vals, L, state, lits):
+        """A stack whose every push is one numpy constant pops that constant. Reverse mode saves each
+        iteration's shapes on stacks; XLA shapes are static, so they are constants of the trace (the same
+        in every iteration), and popping them as constants keeps the gradient's shapes static. The discover
+        pass (which runs every push before the pops) records them in stack_avals under ("const", stack)."""
+        out = super()._stack(node, i, vals, L, state, lits)
+        if node.op not in ("StackPush", "StackPop") or not isinstance(vals[0], StackRef):
+            return out
+        key = ("const", vals[0].node)
+        if node.op == "StackPush":
+            v, known = vals[1], self.stack_avals.get(key, _UNSEEN)
+            same = _concrete(v) and (known is _UNSEEN or (known is not None and _equal(known, v)))
+            if self.discover:
+                self.stack_avals[key] = np.asarray(v) if same else None
+            elif known is not None and not same:
+                raise NotLowerable("a push that differs from what the abstract pass saw", node=node.name)
+            return out
+        known = self.stack_avals.get(key)
+        return out if known is None else known
+
     def eval_frame_item(self, c, env, live, state, lits):
         p = self.p
         a = self.an.frames[c]
@@ -344,6 +364,14 @@ def _same_shape(v, v1, node):
     if _concrete(v) and np.size(v) == 1:
         return jnp.broadcast_to(jnp.asarray(v).reshape(()), s1), v1
     raise NotLowerable(f"a cond whose branches give tensors of shapes {list(s)} and {list(s1)}", node=node.name)
+
+
+_UNSEEN = object()
+
+
+def _equal(a, b):
+    b = np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def _array(v):
