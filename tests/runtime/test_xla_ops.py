@@ -311,3 +311,88 @@ def test_shapes_the_gradient_saves_on_stacks_stay_static():
     g = _batch_shapes.trace(dfc.TensorSpec([None, 4], "float64"), dfc.TensorSpec([4, 4], "float64"),
                             dfc.TensorSpec([], "int64"))
     _agree(to_jax(g)(*args), _reference(g, *args))
+
+
+@dfc.function
+def _train(w, lens):
+    """Gradient steps in a loop, each through an inner loop of its own length: the gradient stacks are made
+    afresh in every step (inside the outer loop's body)."""
+    losses = dfc.TensorArray("float64")
+    i = 0
+    while i < dfc.shape(lens)[0]:
+        h = w
+        j = 0
+        while j < lens[i]:
+            h = dfc.tanh(h * w + 0.1)
+            j += 1
+        loss = dfc.reduce_sum(h * h)
+        w = w - 0.1 * dfc.gradients(loss, w)[0]
+        losses = losses.write(i, loss)
+        i += 1
+    return w, losses.stack()
+
+
+def test_stacks_made_in_a_loop_body_and_a_step_that_outruns_them(monkeypatch):
+    from dfc.runtime.xla import program
+    monkeypatch.setattr(program, "STACK_BYTES", 0)      # buffers start at MIN_ROWS
+    # the longest inner loop is not the last: its high-water mark must outlive the steps after it
+    args = (np.array([0.5, -0.3, 0.8]), np.array([3, program.MIN_ROWS + 9, 5], np.int64))
+    g = _train.trace(*args)
+    prog = to_jax(g)
+    want = _reference(g, *args)
+    _agree(prog(*args), want)
+    reruns = prog.reruns
+    assert reruns >= 1          # the second step outran its stacks (and the losses' length was learned)
+    _agree(prog(*args), want)
+    assert prog.reruns == reruns
+
+
+@dfc.function(input_signature=[dfc.TensorSpec([None], "float64"), dfc.TensorSpec([], "float64")])
+def _moving_average(xs, decay):
+    """samples/scan.py's pattern: xs unstacked into a TensorArray, and xs[0] the scan's start, so the
+    gradient of xs adds the TensorArray's stacked gradient to xs[0]'s."""
+    n = dfc.shape(xs)[0]
+    elems = dfc.TensorArray("float64", size=n, dynamic_size=False).unstack(xs)
+    out = dfc.TensorArray("float64", size=n, dynamic_size=False)
+    a = xs[0]
+    i = 0
+    while i < n:
+        a = decay * a + (1 - decay) * elems.read(i)
+        out = out.write(i, a)
+        i += 1
+    ys = out.stack()
+    return ys, dfc.gradients(dfc.reduce_sum(ys * ys), [xs, decay])
+
+
+def test_a_gradient_tensor_array_stacks_as_many_as_its_forward_array():
+    args = (_f(9), np.float64(0.7))
+    g = _moving_average.trace()         # its signature: the length of xs is known only when it runs
+    _agree(to_jax(g)(*args), _reference(g, *args))
+
+
+@dfc.function
+def _last_written(lens):
+    """A TensorArray made in every iteration of a loop, written by an inner loop of its own length."""
+    total = dfc.zeros([], "float64")
+    i = 0
+    while i < dfc.shape(lens)[0]:
+        ta = dfc.TensorArray("float64")
+        j = 0
+        while j < lens[i]:
+            ta = ta.write(j, dfc.cast(j, "float64") * 2.0)
+            j += 1
+        total = total + ta.read(lens[i] - 1)
+        i += 1
+    return total
+
+
+def test_an_array_made_in_a_loop_body_that_outgrows_its_buffer_in_one_iteration(monkeypatch):
+    """Its high-water mark outlives the iterations after it, so the run is repeated with a larger buffer
+    (a write past the buffer is dropped: without the re-run, the read would be garbage)."""
+    from dfc.runtime.xla import program
+    monkeypatch.setattr(program, "STACK_BYTES", 0)      # buffers start at MIN_ROWS
+    args = (np.array([3, program.MIN_ROWS + 9, 5], np.int64),)
+    g = _last_written.trace(*args)
+    prog = to_jax(g)
+    _agree(prog(*args), _reference(g, *args))
+    assert prog.reruns == 1

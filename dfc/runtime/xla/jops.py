@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from dfc.errors import DfcGraphError
+from dfc.runtime.kernels.math_lower import cast_native
 
 _BINARY = {
     "Add": jnp.add, "Sub": jnp.subtract, "Mul": jnp.multiply, "Div": jnp.true_divide,
@@ -355,13 +356,18 @@ def _softmax(node, a):
 
 @_op("Cast")
 def _cast(node, a):
-    return [cast(jnp.asarray(a[0]), np.dtype(node.attrs["dtype"]))]
+    x, to = jnp.asarray(a[0]), np.dtype(node.attrs["dtype"])
+    if x.dtype.kind == "f" and to.kind in "iu" and not cast_native():
+        raise NotLowerable("a float -> integer cast: numpy's loops on this machine give values out of range "
+                           "otherwise than the lowest integer", node=node.name)
+    return [cast(x, to)]
 
 
 def cast(x, to):
-    """x.astype(to) as numpy does it on x86: a float that is NaN or out of an integer's range becomes the
-    smallest integer of 32 or 64 bits (the processor's 'integer indefinite'; XLA would saturate, and NaN
-    would give 0), which a narrower integer type then wraps; in range, floats truncate toward zero."""
+    """x.astype(to) as numpy does it where cast_native() holds (x86): a float that is NaN or out of an
+    integer's range becomes the smallest integer of 32 or 64 bits (the processor's 'integer indefinite';
+    XLA would saturate, and NaN would give 0), which a narrower integer type then wraps; in range, floats
+    truncate toward zero."""
     if x.dtype.kind != "f" or to.kind not in "iu":
         return x.astype(to)
     via = np.dtype(np.int64) if to.kind == "u" or to.itemsize == 8 else np.dtype(np.int32)
