@@ -73,6 +73,15 @@ CASES = (
     + [case(op, [POS]) for op in POSITIVE]
     + [case(op, [SPECIAL], name=op + "-special") for op in ("IsFinite", "IsNan", "IsInf", "Sign", "Round", "Floor",
                                                           "Abs")]
+    + [case(op, [SPECIAL], name=op + "-special") for op in ("Relu", "Sigmoid", "Tanh", "Exp", "Log1p", "Square")]
+    + [case(op, [SPECIAL], {"axis": ax}, name=f"{op}-special-{ax}") for op in ("ArgMax", "ArgMin")
+       for ax in (0, 1)]      # NaN first, as numpy
+    + [case(op, [SPECIAL], {"axis": 1, "keepdims": False}, name=op + "-special") for op in ("Max", "Min", "Sum")]
+    + [case(op, [SPECIAL, SPECIAL[::-1]], name=op + "-special") for op in ("Maximum", "Minimum", "Less", "Equal",
+                                                                            "Mul", "Div")]
+    + [case("ArgSort", [SPECIAL], {"axis": 1, "descending": d}, name=f"ArgSort-special-{d}") for d in (False, True)]
+    + [case("TopK", [SPECIAL], {"k": 3}, name="TopK-special"),
+       case("Softmax", [SPECIAL], {"axis": 1}, name="Softmax-special")]
     + [case("LogicalNot", [B])]
     + [case(op, [X, X[0]]) for op in BINARY]
     + [case(op, [_i(3, 4), NZ], name=op + "-int") for op in ("FloorDiv", "Mod", "Add", "Mul", "Maximum")]

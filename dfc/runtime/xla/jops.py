@@ -488,7 +488,7 @@ _RANDOM = "random draws: dfc/runtime/xla/random.py"
 _ASYNC = "asynchronous: it waits on other threads or workers, which one XLA program cannot do"
 _HOST = "it writes to the host (files, the summary log, the terminal), which a compiled run cannot do"
 _RAISES = ("numpy raises LinAlgError on a singular (or not positive definite) matrix where XLA returns "
-           "NaNs: it needs a run-time error flag first")
+           "infinities or NaNs: it needs a run-time check (dfc/runtime/xla/checks.py) first")
 NOT_LOWERED = {
     "RandomNormal": _RANDOM, "RandomUniform": _RANDOM,
     "Assert": "a run-time check that raises: dfc/runtime/xla/checks.py",

@@ -374,6 +374,8 @@ class Lowerer(StateOps):
         lax.while_loop's carry keeps one structure: the loop enters with zeros for them, and each iteration
         keeps their high-water marks. The body's entries are found once per trace, abstractly."""
         made = self.made.get(a.fid)
+        if made is None and not self._makes_state(a.fid):
+            made = self.made[a.fid] = {}
         if made is None:
             self.depth += 1
             try:
@@ -391,6 +393,21 @@ class Lowerer(StateOps):
             mv, st = body_fun(carry)
             return mv, _keep_highs(carry[1], st, made)
         return body_keep, {**_zeros(made), **state}
+
+    def _makes_state(self, fid):
+        """Whether loop frame fid, or a frame inside it, holds a node that makes a stack, TensorArray or
+        Variable (most loops do not: they skip the abstract pass of _body_state)."""
+        index, nodes = self.an.index, self.p.nodes
+        todo = [fid]
+        while todo:
+            f = todo.pop()
+            if any(nodes[i].op in _MAKERS for i in index.members[f]):
+                return True
+            todo += index.children.get(f, ())
+        return False
+
+
+_MAKERS = ("StackV2", "TensorArray", "TensorArrayGrad", "VarHandle")
 
 
 def _zeros(avals):
