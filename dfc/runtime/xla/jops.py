@@ -1,7 +1,11 @@
 """dfc's pure kernels written with jax.numpy, for the XLA prototype (lower.py).
 
-Each lowering is `fn(node, args) -> list of outputs` and follows the numpy kernel of the same op in
-dfc/runtime/kernels/ (same formula where XLA's rounding would otherwise differ, e.g. Sigmoid through tanh).
+Each lowering (the elementwise and reduction tables, and `_OPS`: fn(node, args) -> list of outputs) follows
+the numpy kernel of the same op in dfc/runtime/kernels/: the same formula where XLA's rounding would
+otherwise differ (Sigmoid through tanh, CumprodGrad's reverse recurrence), numpy's answer where XLA's
+operation gives another (float -> int casts, negative indices, stable sorts with ties in index order).
+NOT_LOWERED names every other op of the registry with the reason it has no lowering here
+(tests/runtime/test_xla_ops.py checks both against the numpy kernels and the registry).
 Inputs that must be static for XLA (shapes, slice bounds) arrive as numpy arrays: lower.py folds every op
 whose inputs are all concrete with dfc's own numpy kernel, so shape arithmetic never reaches these.
 Imported only by lower.py, after jax is.
