@@ -264,6 +264,16 @@ def test_an_op_without_a_lowering_says_why():
     assert e.value.node == "chol"
 
 
+def test_a_float_to_int_cast_is_refused_where_numpy_does_not_give_the_lowest_integer(monkeypatch):
+    """The Cast lowering computes x86 numpy's answer for NaN and values out of range; on a machine whose
+    numpy gives other values there (math_lower.cast_native() false) it refuses rather than disagree."""
+    from dfc.runtime.xla import jops
+    monkeypatch.setattr(jops, "cast_native", lambda: False)
+    with pytest.raises(jops.NotLowerable, match="float -> integer cast"):
+        jops.lower(Node("c", "Cast", ["x:0"], {"dtype": "int32"}), [np.array([1.5])])
+    assert jops.lower(Node("c", "Cast", ["x:0"], {"dtype": "float32"}), [np.array([1.5])])[0].dtype == np.float32
+
+
 # ------------------------------------------------------------------------------------------ graphs
 def _agree(got, want, rtol=1e-12):
     from tests.runtime.test_xla_prototype import _leaves
