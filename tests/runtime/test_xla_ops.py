@@ -228,13 +228,15 @@ STRUCTURE = {"Enter", "Exit", "Switch", "Merge", "NextIteration", "Const"}      
 
 
 def _lowered():
+    import importlib
     import importlib.util
     from dfc.runtime.xla import jops
     from dfc.runtime.xla.state import STATE_OPS
     lowered = jops.lowered_ops() | set(STATE_OPS) | STRUCTURE
-    if importlib.util.find_spec("dfc.runtime.xla.checks") is not None:      # the ops with effects it lowers
-        from dfc.runtime.xla import checks
-        lowered |= set(getattr(checks, "EFFECTS", ()))
+    # the modules beside jops that lower ops of their own (checks.py: Assert; random.py: the draws)
+    for module, name in (("dfc.runtime.xla.checks", "EFFECTS"), ("dfc.runtime.xla.random", "OPS")):
+        if importlib.util.find_spec(module) is not None:
+            lowered |= set(getattr(importlib.import_module(module), name, ()))
     return lowered, jops.NOT_LOWERED
 
 
