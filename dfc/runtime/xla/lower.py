@@ -36,7 +36,7 @@ from dfc.runtime.fused import _TAGGED_OPS, FrameProgram, NotFusable, _toposort
 from dfc.runtime.kernels.registry import host
 from dfc.runtime.xla import checks
 from dfc.runtime.xla.jops import NotLowerable
-from dfc.runtime.xla.state import STATE_OPS, StateOps, _concrete
+from dfc.runtime.xla.state import STATE_OPS, StackRef, StateOps, TARef, _concrete
 
 TRUE = frozenset()          # liveness: live (a conjunction of no literals)
 DEAD = None                 # liveness: dead whatever the inputs
@@ -107,6 +107,7 @@ class Lowerer(StateOps):
         self.stack_avals, self.discover = stack_avals, discover
         self.ta_lengths = ta_lengths if ta_lengths is not None else {}
         self.ta_sizes, self.depth = {}, 0
+        self.made = {}        # loop frame -> the state entries its body makes (_body_state)
         self.ctx = KernelContext()
 
     # ------------------------------------------------------------------ the run
@@ -243,6 +244,40 @@ class Lowerer(StateOps):
         live[(i, 0)] = live[(i, 1)] = L
 
     # ------------------------------------------------------------------ state
+    def _ta(self, node, i, vals, L, state, lits):
+        """state.py's TensorArrays, with better first guesses of the length a TensorArrayStack stacks than
+        the array's size alone: a gradient array holds as many elements as its forward array, and an array
+        unstacked from a value holds at least that value's rows. A wrong guess costs a re-run, but one that
+        makes shapes disagree while tracing (the stacked gradient added to another gradient of the input)
+        fails before the re-run could learn the length."""
+        out = super()._ta(node, i, vals, L, state, lits)
+        ref = vals[0] if vals else None
+        if node.op == "TensorArrayGrad" and isinstance(ref, TARef) and ref.node in self.ta_sizes:
+            self.ta_sizes.setdefault(i, self.ta_sizes[ref.node])
+        elif node.op == "TensorArrayUnstack" and isinstance(ref, TARef) and jnp.ndim(vals[1]):
+            self.ta_sizes[ref.node] = max(self.ta_sizes.get(ref.node, 0), int(jnp.shape(vals[1])[0]))
+        return out
+
+    def _stack(self, node, i, vals, L, state, lits):
+        """A stack whose every push is one numpy constant pops that constant. Reverse mode saves each
+        iteration's shapes on stacks; XLA shapes are static, so they are constants of the trace (the same
+        in every iteration), and popping them as constants keeps the gradient's shapes static. The discover
+        pass (which runs every push before the pops) records them in stack_avals under ("const", stack)."""
+        out = super()._stack(node, i, vals, L, state, lits)
+        if node.op not in ("StackPush", "StackPop") or not isinstance(vals[0], StackRef):
+            return out
+        key = ("const", vals[0].node)
+        if node.op == "StackPush":
+            v, known = vals[1], self.stack_avals.get(key, _UNSEEN)
+            same = _concrete(v) and (known is _UNSEEN or (known is not None and _equal(known, v)))
+            if self.discover:
+                self.stack_avals[key] = np.asarray(v) if same else None
+            elif known is not None and not same:
+                raise NotLowerable("a push that differs from what the abstract pass saw", node=node.name)
+            return out
+        known = self.stack_avals.get(key)
+        return out if known is None else known
+
     def eval_frame_item(self, c, env, live, state, lits):
         p = self.p
         a = self.an.frames[c]
@@ -262,8 +297,8 @@ class Lowerer(StateOps):
 
             shapes = jax.eval_shape(taken, state)
 
-            def skipped(st):
-                return [jnp.zeros(s.shape, s.dtype) for s in shapes[0]], st
+            def skipped(st):        # (with the entries the loop would make, as both branches give one structure)
+                return [jnp.zeros(s.shape, s.dtype) for s in shapes[0]], {**_zeros(shapes[1]), **st}
             outs, new = lax.cond(lits.value(L), taken, skipped, state)
         state.clear()
         state.update(new)
@@ -324,6 +359,8 @@ class Lowerer(StateOps):
                 out.append(v)
             return tuple(out), st
 
+        if not self.discover:       # the stacks and TensorArrays the body makes
+            body_fun, state = self._body_state(a, body_fun, tuple(init), state)
         self.depth += 1
         try:
             if self.discover:           # one iteration, abstractly: what the body pushes, and that shapes hold
@@ -342,6 +379,63 @@ class Lowerer(StateOps):
             outs.append(final[a.merges.index(a.switches[p.ins[e][0][0]])])
         return outs, st
 
+    def _body_state(self, a, body_fun, init, state):
+        """(the body to loop, the state to enter the loop with) of loop frame `a`. A stack or TensorArray
+        made inside a loop body (a training loop's gradient stacks) is made afresh in every iteration, but
+        lax.while_loop's carry keeps one structure: the loop enters with zeros for them, and each iteration
+        keeps their high-water marks. The body's entries are found once per trace, abstractly."""
+        made = self.made.get(a.fid)
+        if made is None and not self._makes_state(a.fid):
+            made = self.made[a.fid] = {}
+        if made is None:
+            self.depth += 1
+            try:
+                _, out = jax.eval_shape(body_fun, (init, dict(state)))
+            finally:
+                self.depth -= 1
+            made = self.made[a.fid] = {k: v for k, v in out.items() if k not in state}
+        if not made:
+            return body_fun, state
+        if any(k[0] not in "st" or not k[1:].isdigit() for k in made):
+            raise NotLowerable("a Variable made inside a loop (make it outside: its value is carried)",
+                               node=self.p.nodes[a.loop_cond].name)
+
+        def body_keep(carry):
+            mv, st = body_fun(carry)
+            return mv, _keep_highs(carry[1], st, made)
+        return body_keep, {**_zeros(made), **state}
+
+    def _makes_state(self, fid):
+        """Whether loop frame fid, or a frame inside it, holds a node that makes a stack, TensorArray or
+        Variable (most loops do not: they skip the abstract pass of _body_state)."""
+        index, nodes = self.an.index, self.p.nodes
+        todo = [fid]
+        while todo:
+            f = todo.pop()
+            if any(nodes[i].op in _MAKERS for i in index.members[f]):
+                return True
+            todo += index.children.get(f, ())
+        return False
+
+
+_MAKERS = ("StackV2", "TensorArray", "TensorArrayGrad", "VarHandle")
+
+
+def _zeros(avals):
+    return {k: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), v) for k, v in avals.items()}
+
+
+def _keep_highs(before, after, made):
+    """The state after an iteration, where each stack or TensorArray the body made afresh keeps the
+    high-water mark of every iteration so far (program.py sizes the buffers from it)."""
+    out = dict(after)
+    for k in made:
+        at = 2 if k[0] == "s" else 3
+        v = list(after[k])
+        v[at] = jnp.maximum(v[at], before[k][at])
+        out[k] = tuple(v)
+    return out
+
 
 def _same_shape(v, v1, node):
     """A Merge's inputs in one shape. The gradient's lifted values (dfc/compiler/autodiff) merge a value
@@ -355,6 +449,14 @@ def _same_shape(v, v1, node):
     if _concrete(v) and np.size(v) == 1:
         return jnp.broadcast_to(jnp.asarray(v).reshape(()), s1), v1
     raise NotLowerable(f"a cond whose branches give tensors of shapes {list(s)} and {list(s1)}", node=node.name)
+
+
+_UNSEEN = object()
+
+
+def _equal(a, b):
+    b = np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def _array(v):
