@@ -22,6 +22,8 @@ range, written twice or read unwritten) are flags the run returns.
 Every op whose inputs are all concrete numpy values (constants, shapes: XLA shapes are static) is folded
 with dfc's own numpy kernel, so shape arithmetic has dfc's exact semantics and gives XLA static shapes.
 """
+import contextlib
+
 import numpy as np
 
 import jax
@@ -34,7 +36,7 @@ from dfc.runtime.kernel_context import KernelContext
 from dfc.ir.kinds import MERGE, NEXT, SWITCH
 from dfc.runtime.fused import _TAGGED_OPS, FrameProgram, NotFusable, _toposort
 from dfc.runtime.kernels.registry import host
-from dfc.runtime.xla import jops
+from dfc.runtime.xla import jops, random
 from dfc.runtime.xla.jops import NotLowerable
 from dfc.runtime.xla.state import STATE_OPS, StateOps, _concrete
 
@@ -108,11 +110,13 @@ class Lowerer(StateOps):
         self.ta_lengths = ta_lengths if ta_lengths is not None else {}
         self.ta_sizes, self.depth = {}, 0
         self.ctx = KernelContext()
+        self.run_count, self.tag = 0, []      # random draws' counter: [(frame id, traced iteration), ...]
 
     # ------------------------------------------------------------------ the run
-    def run(self, feeds, variables):
-        """(fetched values, their liveness as bools, the final state) of the run."""
+    def run(self, feeds, variables, run_count=0):
+        """(fetched values, their liveness as bools, the final state) of the run (the Session's run_count-th)."""
         p = self.p
+        self.run_count = run_count
         env, live = {}, {}
         for i, v in zip(self.feed_nodes(), feeds):
             env[(i, 0)], live[(i, 0)] = v, TRUE
@@ -168,6 +172,8 @@ class Lowerer(StateOps):
             outs = self.state_op(node, i, vals, L, state, lits)
         elif op == "Const":
             outs = list(p.kern[i](None, ()))
+        elif op in random.OPS:
+            outs = random.lower(node, vals, self.run_count, self.tag)
         elif opreg.get(op).stateful or op in _TAGGED_OPS:
             raise NotLowerable(f"no XLA lowering for the stateful op {op}", node=node.name)
         else:
@@ -264,6 +270,15 @@ class Lowerer(StateOps):
         for e, v in zip(a.exits, outs):
             env[(e, 0)], live[(e, 0)] = v, L
 
+    @contextlib.contextmanager
+    def _iteration(self, fid, k):
+        """The tag of iteration k (traced) of loop frame fid, while its body is traced."""
+        self.tag.append((fid, k))
+        try:
+            yield
+        finally:
+            self.tag.pop()
+
     def run_frame(self, a, enters, vals, state):
         """(exit values in a.exits order, the state after) of loop frame `a` entered with `vals`."""
         p = self.p
@@ -292,20 +307,22 @@ class Lowerer(StateOps):
             return jnp.reshape(jnp.asarray(env[pred_ref]), ()).astype(bool)
 
         def cond_fun(carry):
-            mv, st = carry
+            mv, st, k = carry
             env, live, lits = setup(mv)
-            self.eval_items(pre, a, env, live, dict(st), lits, pure=True)
+            with self._iteration(a.fid, k):
+                self.eval_items(pre, a, env, live, dict(st), lits, pure=True)
             return predicate(env, live, st) & jnp.logical_not(st["poison"])
 
         def body_fun(carry):
-            mv, st = carry
+            mv, st, k = carry
             st = dict(st)
             env, live, lits = setup(mv)
-            self.eval_items(pre, a, env, live, st, lits, pure=True)
-            for sw, m in a.switches.items():
-                env[(sw, 0)] = env[(sw, 1)] = env[(m, 0)]
-                live[(sw, 0)] = live[(sw, 1)] = TRUE
-            self.eval_items(body, a, env, live, st, lits)
+            with self._iteration(a.fid, k):
+                self.eval_items(pre, a, env, live, st, lits, pure=True)
+                for sw, m in a.switches.items():
+                    env[(sw, 0)] = env[(sw, 1)] = env[(m, 0)]
+                    live[(sw, 0)] = live[(sw, 1)] = TRUE
+                self.eval_items(body, a, env, live, st, lits)
             out = []
             for m, ref, v0 in zip(a.merges, nexts, init):
                 if live.get(ref, DEAD) != TRUE:
@@ -315,15 +332,15 @@ class Lowerer(StateOps):
                     raise NotLowerable(f"a loop variable that changes from {v0.dtype}{list(v0.shape)} to "
                                        f"{v.dtype}{list(v.shape)} (XLA loops keep shapes)", node=p.nodes[m].name)
                 out.append(v)
-            return tuple(out), st
+            return tuple(out), st, k + 1
 
         self.depth += 1
         try:
             if self.discover:           # one iteration, abstractly: what the body pushes, and that shapes hold
-                body_fun((tuple(init), dict(state)))
+                body_fun((tuple(init), dict(state), np.int64(0)))
                 final, st = tuple(init), dict(state)
             else:
-                final, st = lax.while_loop(cond_fun, body_fun, (tuple(init), dict(state)))
+                final, st, _ = lax.while_loop(cond_fun, body_fun, (tuple(init), dict(state), np.int64(0)))
         finally:
             self.depth -= 1
         outs = []

@@ -31,7 +31,11 @@ class XlaProgram:
     pushes more than a stack's capacity, the run is repeated with the capacity raised to the next power of
     two above the high-water mark (`reruns` counts them); later calls keep the larger capacities.
     `jitted(feeds, variables)` is the traced function of the current capacities, for timing without the
-    numpy conversions.
+    numpy conversions: call it as `fn(feeds, variables, run_count)`.
+
+    Random draws depend on the run count (philox.py) as in a Session: the n-th call of the program draws
+    what a Session's n-th run of the graph draws. The count is an input of the compiled function, not a
+    constant in it.
     """
 
     def __init__(self, graph):
@@ -47,13 +51,14 @@ class XlaProgram:
         self.ta_lengths = {}      # TensorArrayStack node -> the length the last run stacked
         self.variables = {var_key(n): n for n in p.nodes if n.op == "VarHandle"}
         self.reruns = 0
+        self.run_count = 0        # runs so far, counted as Session counts them (its first run is run 1)
         self._avals, self._fns = {}, {}
 
     # ------------------------------------------------------------------ tracing
-    def _trace(self, caps, avals, discover, ta_lengths, feeds, variables):
+    def _trace(self, caps, avals, discover, ta_lengths, feeds, variables, run_count):
         low = Lowerer(self.plan, self.analysis, self.types, dict(caps), avals, discover, dict(ta_lengths))
         low.feed_names = [s["node"] for s in self.inputs]
-        outs, lives, state = low.run(feeds, variables)
+        outs, lives, state = low.run(feeds, variables, run_count)
         highs = {k: v[2] if k[0] == "s" else v[3] for k, v in state.items() if k[0] in "st" and k[1:].isdigit()}
         new_vars = {k: v for k, v in state.items() if k.startswith("v:")}
         errors = {"under": state["under"], "ta_error": state["ta_error"]}
@@ -65,7 +70,7 @@ class XlaProgram:
         avals = self._avals.get(sig)
         if avals is None:        # the abstract pass: what each stack holds
             avals = {}
-            jax.eval_shape(lambda f, v: self._trace((), avals, True, (), f, v), feeds, variables)
+            jax.eval_shape(lambda f, v: self._trace((), avals, True, (), f, v, np.int64(0)), feeds, variables)
             self._avals[sig] = avals
             for i in self._buffers:
                 if i not in self.caps:
@@ -74,7 +79,7 @@ class XlaProgram:
         key = (sig, caps, lengths)
         fn = self._fns.get(key)
         if fn is None:
-            fn = self._fns[key] = jax.jit(lambda f, v: self._trace(caps, avals, False, lengths, f, v))
+            fn = self._fns[key] = jax.jit(lambda f, v, r: self._trace(caps, avals, False, lengths, f, v, r))
         return fn
 
     # ------------------------------------------------------------------ calling
@@ -98,10 +103,12 @@ class XlaProgram:
     def __call__(self, *args):
         feeds = self.feeds(*args)
         variables = self._variables()
+        self.run_count += 1
+        run_count = np.int64(self.run_count)      # a re-run with larger buffers is the same run: same draws
         while True:
             # one transfer of everything back (each value fetched on its own costs a sync of its own)
             outs, lives, new_vars, errors, highs, stacked = jax.device_get(
-                self._function(feeds, variables)(feeds, variables))
+                self._function(feeds, variables)(feeds, variables, run_count))
             over = {int(k[1:]): int(h) for k, h in highs.items() if h > self.caps[int(k[1:])]}
             for s, h in over.items():
                 self.caps[s] = 1 << (h - 1).bit_length()
