@@ -7,9 +7,12 @@ around the draw, the iterations being the while_loops' traced counters (lower.py
 Philox runs on uint32 words; the 32x32 -> 64-bit products go through uint64 (exact under jax's x64 mode).
 The floating-point steps are philox.py's, in the same order, with one guard: XLA's CPU and GPU compilers
 contract a product feeding an addition into a fused multiply-add (one rounding instead of numpy's two), so
-every such product is multiplied by `one`, a 1.0 the compiler cannot see (it comes from the run count):
-fma(x * y, one, c) rounds x * y and then the sum, as numpy does. The constants a, b pass through `one`
-likewise, so that XLA does not simplify 0 + x to x (which keeps a -0.0 that numpy's 0.0 + -0.0 drops).
+every product gets `zero` added, a -0.0 the compiler cannot see (it comes from the run count): the
+product becomes fma(x, y, -0.0), which is x * y rounded (exactly: -0.0 keeps the sign of any product), and
+what adds it to something else is a plain addition. (Multiplying by an opaque 1.0 instead is not enough:
+XLA reorders (x * c) * one into (x * one) * c for a constant c, and then contracts.) The constants a, b
+pass through the guard too, so that XLA does not simplify 0 + x to x (which keeps a -0.0 that numpy's
+0.0 + -0.0 drops).
 """
 import numpy as np
 
@@ -58,13 +61,13 @@ def tag_words(run_count, tag):
 
 
 class _Exact:
-    """Float64 arithmetic with numpy's roundings under XLA (the module docstring's `one`)."""
+    """Float64 arithmetic with numpy's roundings under XLA (the module docstring's `zero`)."""
 
-    def __init__(self, one):
-        self.one = one
+    def __init__(self, zero):
+        self.zero = zero
 
     def mul(self, x, y):
-        return (x * y) * self.one
+        return x * y + self.zero
 
     def log(self, x):
         m, e = jnp.frexp(x)
@@ -104,10 +107,10 @@ def _interleave(parts, n):
     return jnp.stack(parts, axis=1).reshape(-1)[:n]
 
 
-def draw(uniform, n, dtype, a, b, key, h, one):
+def draw(uniform, n, dtype, a, b, key, h, zero):
     """philox.draw: n values of dtype (a flat array) for key words `key` and traced counter words `h`."""
     dt = np.dtype(dtype)
-    X = _Exact(one)
+    X = _Exact(zero)
     nb = -(-n // P.per_block(uniform, dt))
     j = np.arange(nb, dtype=np.uint64)
     x0, x1, x2, x3 = philox((j & P.MASK, j >> np.uint64(32), jnp.broadcast_to(h[0], (nb,)),
@@ -148,7 +151,7 @@ def lower(node, vals, run_count, tag):
     if n == 0:
         return [jnp.zeros(shape, dtype)]
     key = P.key_of(at.get("seed", 0), node.name)
-    one = (jnp.asarray(run_count) > -1).astype(jnp.float64)      # 1.0, opaque to the compiler
+    zero = jnp.where(jnp.asarray(run_count) < 0, 1.0, -0.0)      # -0.0, opaque to the compiler
     v = draw(node.op == "RandomUniform", n, dtype, float(at.get("a", 0.0)), float(at.get("b", 1.0)), key,
-             tag_words(run_count, tag), one)
+             tag_words(run_count, tag), zero)
     return [v.reshape(shape)]
