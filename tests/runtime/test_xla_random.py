@@ -14,7 +14,7 @@ from dfc.runtime.kernels import philox
 
 pytest.importorskip("jax")
 
-from dfc.runtime.xla import to_jax  # noqa: E402
+from dfc.runtime.xla import program, to_jax  # noqa: E402
 from dfc.runtime.xla.jops import NotLowerable  # noqa: E402
 
 pytestmark = pytest.mark.host_devices("the XLA lowering compiles for JAX's CPU backend")
@@ -32,9 +32,9 @@ def _same_bits(got, want):
         assert a.tobytes() == b.tobytes(), f"{(a != b).sum()} of {a.size} elements differ"
 
 
-def _runs(g, args, calls=2):
+def _runs(g, args, calls=2, prog=None):
     """The results of `calls` consecutive runs: XLA, reference interpreter, fused executor."""
-    prog = to_jax(g)
+    prog = prog or to_jax(g)
     ref = dfc.Session(g, mode="reference")
     fused = dfc.Session(g, mode="threads", fuse_loops=True, compile_loops=False)
     return [(prog(*args), ref.call(*args), fused.call(*args)) for _ in range(calls)]
@@ -203,12 +203,15 @@ def _noisy_fixed_point(w, n):
     return noise, dfc.gradients(dfc.reduce_sum(x * x), w)
 
 
-def test_gradient_of_a_program_with_draws_in_a_loop():
-    args = (np.array([0.5, -0.3, 0.8]), np.int64(7))
+def test_gradient_of_a_program_with_draws_in_a_loop(monkeypatch):
+    monkeypatch.setattr(program, "STACK_BYTES", 0)      # stack buffers start at MIN_ROWS
+    args = (np.array([0.5, -0.3, 0.8]), np.int64(program.MIN_ROWS + 6))
     g = _noisy_fixed_point.trace(*args)
-    for (got_noise, got_grad), (ref_noise, ref_grad), _ in _runs(g, args):
+    prog = to_jax(g)
+    for (got_noise, got_grad), (ref_noise, ref_grad), _ in _runs(g, args, prog=prog):
         _same_bits(got_noise, ref_noise)
         np.testing.assert_allclose(got_grad, ref_grad, rtol=1e-11, atol=1e-300)
+    assert prog.reruns == 1     # the first call ran again with larger stacks: the same run, the same draws
 
 
 def test_a_shape_computed_in_the_graph_is_an_error_naming_the_draw():
