@@ -5,9 +5,9 @@ consecutive calls draw anew without recompiling) and the tag: the (frame id, ite
 around the draw, the iterations being the while_loops' traced counters (lower.py keeps them in `tag`).
 
 Philox runs on uint32 words; the 32x32 -> 64-bit products go through uint64 (exact under jax's x64 mode).
-The floating-point steps are philox.py's, in the same order, with one guard: XLA's CPU and GPU compilers
-contract a product feeding an addition into a fused multiply-add (one rounding instead of numpy's two), so
-every product gets `zero` added, a -0.0 the compiler cannot see (it comes from the run count): the
+The floating-point steps are philox.py's, in the same order, with one guard: XLA's CPU compiler contracts
+a product feeding an addition into a fused multiply-add (one rounding instead of numpy's two; unguarded,
+~1% of float64 normals differed in the last bit), as GPU compilers do by default, so every product gets `zero` added, a -0.0 the compiler cannot see (it comes from the run count): the
 product becomes fma(x, y, -0.0), which is x * y rounded (exactly: -0.0 keeps the sign of any product), and
 what adds it to something else is a plain addition. (Multiplying by an opaque 1.0 instead is not enough:
 XLA reorders (x * c) * one into (x * one) * c for a constant c, and then contracts.) The constants a, b
