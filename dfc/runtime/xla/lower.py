@@ -22,8 +22,6 @@ range, written twice or read unwritten) are flags the run returns.
 Every op whose inputs are all concrete numpy values (constants, shapes: XLA shapes are static) is folded
 with dfc's own numpy kernel, so shape arithmetic has dfc's exact semantics and gives XLA static shapes.
 """
-import contextlib
-
 import numpy as np
 
 import jax
@@ -36,8 +34,9 @@ from dfc.runtime.kernel_context import KernelContext
 from dfc.ir.kinds import MERGE, NEXT, SWITCH
 from dfc.runtime.fused import _TAGGED_OPS, FrameProgram, NotFusable, _toposort
 from dfc.runtime.kernels.registry import host
-from dfc.runtime.xla import jops, random
+from dfc.runtime.xla import jops
 from dfc.runtime.xla.jops import NotLowerable
+from dfc.runtime.xla.random import OPS as RANDOM_OPS, lower as lower_random
 from dfc.runtime.xla.state import STATE_OPS, StateOps, _concrete
 
 TRUE = frozenset()          # liveness: live (a conjunction of no literals)
@@ -168,12 +167,12 @@ class Lowerer(StateOps):
         op = node.op
         if pure and op in STATE_OPS:
             raise NotLowerable("a stateful op computes part of a loop's predicate", node=node.name)
-        if op in STATE_OPS:
+        if op in RANDOM_OPS:
+            outs = lower_random(node, vals, self.run_count, self.tag)
+        elif op in STATE_OPS:
             outs = self.state_op(node, i, vals, L, state, lits)
         elif op == "Const":
             outs = list(p.kern[i](None, ()))
-        elif op in random.OPS:
-            outs = random.lower(node, vals, self.run_count, self.tag)
         elif opreg.get(op).stateful or op in _TAGGED_OPS:
             raise NotLowerable(f"no XLA lowering for the stateful op {op}", node=node.name)
         else:
@@ -270,15 +269,6 @@ class Lowerer(StateOps):
         for e, v in zip(a.exits, outs):
             env[(e, 0)], live[(e, 0)] = v, L
 
-    @contextlib.contextmanager
-    def _iteration(self, fid, k):
-        """The tag of iteration k (traced) of loop frame fid, while its body is traced."""
-        self.tag.append((fid, k))
-        try:
-            yield
-        finally:
-            self.tag.pop()
-
     def run_frame(self, a, enters, vals, state):
         """(exit values in a.exits order, the state after) of loop frame `a` entered with `vals`."""
         p = self.p
@@ -291,6 +281,8 @@ class Lowerer(StateOps):
             if not _array(v):
                 raise NotLowerable("a loop variable that is not a tensor", node=p.nodes[m].name)
             init.append(jnp.asarray(v))
+        init.append(np.int64(0))        # the iteration count, after the loop variables: the draws' tag
+        outer = self.tag
         nexts = [p.ins[[s for s, _ in p.ins[m] if p.kind[s] == NEXT][0]][0] for m in a.merges]
         pred_ref = p.ins[a.loop_cond][0]
 
@@ -298,6 +290,7 @@ class Lowerer(StateOps):
             env = dict(base)
             for m, v in zip(a.merges, mv):
                 env[(m, 0)] = v
+            self.tag = outer + [(a.fid, mv[-1])]
             live = {k: TRUE for k in env}
             return env, live, Literals()
 
@@ -307,22 +300,20 @@ class Lowerer(StateOps):
             return jnp.reshape(jnp.asarray(env[pred_ref]), ()).astype(bool)
 
         def cond_fun(carry):
-            mv, st, k = carry
+            mv, st = carry
             env, live, lits = setup(mv)
-            with self._iteration(a.fid, k):
-                self.eval_items(pre, a, env, live, dict(st), lits, pure=True)
+            self.eval_items(pre, a, env, live, dict(st), lits, pure=True)
             return predicate(env, live, st) & jnp.logical_not(st["poison"])
 
         def body_fun(carry):
-            mv, st, k = carry
+            mv, st = carry
             st = dict(st)
             env, live, lits = setup(mv)
-            with self._iteration(a.fid, k):
-                self.eval_items(pre, a, env, live, st, lits, pure=True)
-                for sw, m in a.switches.items():
-                    env[(sw, 0)] = env[(sw, 1)] = env[(m, 0)]
-                    live[(sw, 0)] = live[(sw, 1)] = TRUE
-                self.eval_items(body, a, env, live, st, lits)
+            self.eval_items(pre, a, env, live, st, lits, pure=True)
+            for sw, m in a.switches.items():
+                env[(sw, 0)] = env[(sw, 1)] = env[(m, 0)]
+                live[(sw, 0)] = live[(sw, 1)] = TRUE
+            self.eval_items(body, a, env, live, st, lits)
             out = []
             for m, ref, v0 in zip(a.merges, nexts, init):
                 if live.get(ref, DEAD) != TRUE:
@@ -332,17 +323,19 @@ class Lowerer(StateOps):
                     raise NotLowerable(f"a loop variable that changes from {v0.dtype}{list(v0.shape)} to "
                                        f"{v.dtype}{list(v.shape)} (XLA loops keep shapes)", node=p.nodes[m].name)
                 out.append(v)
-            return tuple(out), st, k + 1
+            out.append(mv[-1] + 1)
+            return tuple(out), st
 
         self.depth += 1
         try:
             if self.discover:           # one iteration, abstractly: what the body pushes, and that shapes hold
-                body_fun((tuple(init), dict(state), np.int64(0)))
+                body_fun((tuple(init), dict(state)))
                 final, st = tuple(init), dict(state)
             else:
-                final, st, _ = lax.while_loop(cond_fun, body_fun, (tuple(init), dict(state), np.int64(0)))
+                final, st = lax.while_loop(cond_fun, body_fun, (tuple(init), dict(state)))
         finally:
             self.depth -= 1
+            self.tag = outer
         outs = []
         for e in a.exits:
             outs.append(final[a.merges.index(a.switches[p.ins[e][0][0]])])
