@@ -56,8 +56,8 @@ SETTINGS = {s.name: s for s in (
             "A Session's kernel pool size when it gives none (0 runs every kernel inline).",
             shown="the cores this process may use", valid=_NON_NEGATIVE),
     Setting("DFC_COMPILE_LOOPS", "bool", "auto", "use",
-            "A Session's `compile_loops` when it gives none (auto: compile in a child process once a "
-            "frame ran long enough).", auto=True),
+            "A Session's `compile_loops` when it gives none (auto: a run compiles to XLA in the "
+            "background once it ran long enough; numba compiles the loop frames of runs XLA refuses).", auto=True),
     Setting("DFC_COMPILE_BUDGET", "float", math.inf, "import",
             "Seconds this process may spend compiling loops itself; past them new frames run fused."),
     Setting("DFC_COMPILE_ROOT", "bool", True, "import",

@@ -18,3 +18,11 @@ def frames_alone(monkeypatch):
     tests of what crosses in and out of a compiled frame, and of its statistics."""
     from dfc.runtime.compiled import root
     monkeypatch.setattr(root, "ENABLED", False)
+
+
+@pytest.fixture
+def without_jax(monkeypatch):
+    """compile_loops="auto" as in a process without jax: no run compiles to XLA, so numba compiles the loop
+    frames in the background (for the tests of that path; with jax it serves the runs XLA refuses)."""
+    from dfc.runtime.xla import auto
+    monkeypatch.setattr(auto, "available", lambda: False)

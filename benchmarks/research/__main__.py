@@ -52,8 +52,33 @@ def _ratio(a, b):
     return f"{a / b:.2f}×" if a is not None and b else "—"
 
 
+def _xla(d):
+    """How dfc's runs compiled to XLA (the default mode's compiled path)."""
+    out = []
+    for r in d.get("xla_runs", []):
+        if r["state"] == "compiled":
+            when = d.get("compiled_after_s")
+            out.append(f"XLA: compiled in {r['compile_seconds']:.1f} s" + (" (disk)" if r.get("from_disk") else "")
+                       + (f", running compiled {when:.1f} s after the first call" if when is not None else ""))
+        elif r["state"] in ("refused", "failed"):
+            out.append(f"XLA {r['state']}: {(r['reason'] or '')[:90]}")
+        else:
+            out.append(f"XLA: {r['state']}" + (f" ({r['compiled_ms']} ms compiled vs {r['fused_ms']} ms fused)"
+                                                if r["state"] == "slower" else ""))
+    return "; ".join(out)
+
+
 def _frames(d):
-    """How dfc ran its compilable loop frames while the steady state was timed, and its compiles."""
+    """How dfc ran its runs (XLA) and compilable loop frames (numba) while the steady state was timed, and
+    its compiles."""
+    xla = _xla(d)
+    if xla and all(r["state"] in ("compiled", "slower") for r in d.get("xla_runs", [])):
+        return xla
+    numba = _numba_frames(d)
+    return f"{xla}; numba: {numba}" if xla else numba
+
+
+def _numba_frames(d):
     runs = d.get("frame_runs_steady")
     if runs is None:
         return "—"
@@ -107,9 +132,9 @@ def report(res):
          "`@dfc.function` (trace, plan, run; in the default mode any compile runs in the background); then the "
          f"program is called for {res['settle_s']:g} s as a user would (median of its first and last 5 calls), and "
          "the steady state of every system is timed round-robin (median ms, ≥ 5 calls each). JAX first call: "
-         "trace + compile + run. `dfc frame runs`: of the runs of dfc's compilable loop frames while the steady state was timed, how many ran compiled, and the compiles that had finished (in a background child, in the process, or loaded from the cache) by the end.", "",
+         "trace + compile + run. `dfc compiled path`: how dfc's run compiled to XLA (in a background thread; when it ran compiled, counted from the first call), or why not; then, for runs XLA refused, of the runs of dfc's compilable loop frames while the steady state was timed, how many ran compiled by numba, and the numba compiles that had finished by the end.", "",
          "| program | load | dfc first call s | JAX first call s | dfc ÷ JAX (first) | dfc settling: first → last ms | "
-         "dfc ms | JAX ms | PyTorch ms | numpy ms | dfc ÷ JAX | PyTorch ÷ JAX | numpy ÷ JAX | dfc frame runs | "
+         "dfc ms | JAX ms | PyTorch ms | numpy ms | dfc ÷ JAX | PyTorch ÷ JAX | numpy ÷ JAX | dfc compiled path | "
          "dfc agrees |", "|" + "---|" * 15]
     for r in res["cases"]:
         if "error" in r:

@@ -46,6 +46,7 @@ import contextlib
 import dataclasses
 import os
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -172,6 +173,13 @@ class Session:
         if self.placement is not None and (cluster is not None or any("/" in d for d in self.placement.values())):
             from dfc.runtime.cluster.step import check_tasks
             check_tasks(cluster, self.placement)
+        # compile_loops="auto" on one host device: each run compiles whole to XLA in the background
+        # (dfc/runtime/xla/auto.py); numba compiles the loop frames of the runs XLA refuses.
+        self._xla_runs = None
+        if self.compile_loops == "auto" and self.placement is None and cluster is None and self.trace is None \
+                and self.memory_limit is None and container is None and not swap_memory:
+            from dfc.runtime.xla import auto
+            self._xla_runs = {} if auto.available() else None
 
     def _get_pool(self):
         if self._num_threads <= 0:
@@ -186,12 +194,34 @@ class Session:
         key = (tuple(fetches), tuple(sorted(feed_names)), tuple(targets))
         p = self._plans.get(key)
         if p is None:
-            p = self._plans[key] = self._make_plan(fetches, set(feed_names), targets)
+            # with runs compiled by XLA, numba waits until XLA refuses the run (then _xla_run replans)
+            numba = self.compile_loops if self._xla_runs is None else False
+            p = self._plans[key] = self._make_plan(fetches, set(feed_names), targets, numba)
         return p
 
-    def _make_plan(self, fetches, feed_names, targets):
+    def _xla_run(self, fetches, feeds, targets):
+        """The XlaRun of this run (None where runs do not compile to XLA); a run XLA refused is replanned
+        with numba compiling its loop frames."""
+        key = (tuple(fetches), tuple(sorted(feeds)), tuple(targets))
+        xr = self._xla_runs.get(key)
+        if xr is None:
+            from dfc.runtime.xla.auto import XlaRun
+            xr = self._xla_runs[key] = XlaRun(self.graph, fetches, feeds.keys(), targets)
+        elif xr.state == "refused" and not xr.replanned:
+            xr.replanned = True
+            self._plans[key] = self._make_plan(list(fetches), set(feeds), tuple(targets), self.compile_loops)
+        return xr
+
+    def compiled_runs(self):
+        """How each run of this Session compiles to XLA (compile_loops="auto"): a list of dicts with the
+        run's fetches, its state ("fused" before the compile starts, "compiling", "trial", "compiled",
+        "slower", "refused", "failed"), the reason where it did not compile, the compile seconds and the
+        median fused and compiled milliseconds."""
+        return [dict(fetches=list(k[0]), **xr.describe()) for k, xr in (self._xla_runs or {}).items()]
+
+    def _make_plan(self, fetches, feed_names, targets, compile_loops=False):
         kw = dict(parallel_iterations=self.parallel_iterations, fuse=self.fuse_loops, memory_limit=self.memory_limit,
-                  overlap=self._num_threads > 0, compile_loops=self.compile_loops)
+                  overlap=self._num_threads > 0, compile_loops=compile_loops)
         if self.placement is None:
             graph = self._optimized(self.graph, fetches, feed_names, targets, fold=self.fuse_loops)
             return Plan(graph, fetches, feed_names, targets, **kw)
@@ -429,11 +459,18 @@ class Session:
                 with self._lock:
                     self._cluster_steps.discard(step)
             return nest.pack_sequence_as(fetches, [_to_numpy(v) for v in values])
+        xr = self._xla_run(flat, feeds, targets) if self._xla_runs is not None and isinstance(plan, Plan) \
+            and not fed else None
         with self._lock:
             self.run_count += 1
             with self._observed():
                 try:
-                    values = self._execute(plan, feeds)
+                    values = None if xr is None else xr.run(feeds, self.run_count)
+                    if values is None:
+                        t = time.perf_counter()
+                        values = self._execute(plan, feeds)
+                        if xr is not None:
+                            xr.fused(time.perf_counter() - t, feeds)
                 finally:
                     for sw in self._swappers.values():
                         sw.end_run()

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import dfc
+from tests.compiledtools import without_jax  # noqa: F401 (fixture)
 from dfc.ir import structure
 from tests.compiledtools import _no_compile_budget, frames_alone  # noqa: F401 (fixtures)
 
@@ -158,7 +159,7 @@ def test_nothing_planted_in_a_refused_directory_runs(monkeypatch, tmp_path, plan
     assert sorted(os.listdir(base / "numba")) == before     # and nothing written there
 
 
-def test_without_a_disk_cache_auto_starts_no_child_and_stays_fused(monkeypatch, tmp_path):
+def test_without_a_disk_cache_auto_starts_no_child_and_stays_fused(monkeypatch, tmp_path, without_jax):
     from dfc.runtime import compiled
     _made(tmp_path / "c", 0o777)
     monkeypatch.setenv("DFC_CACHE_DIR", str(tmp_path / "c"))

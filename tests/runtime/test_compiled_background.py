@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import dfc
-from tests.compiledtools import _no_compile_budget, frames_alone  # noqa: F401 (fixtures)
+from tests.compiledtools import _no_compile_budget, frames_alone, without_jax  # noqa: F401 (fixtures)
 from tests.runtime.test_compiled import _signature
 
 # these test loop frames compiled one by one (test_compiled_root.py: the whole run, which supersedes them)
-pytestmark = [pytest.mark.usefixtures("frames_alone"),
+pytestmark = [pytest.mark.usefixtures("frames_alone", "without_jax"),
               pytest.mark.host_devices("numba-compiled loop frames are CPU machine code")]
 pytest.importorskip("numba")
 

@@ -7,7 +7,7 @@ import pytest
 
 import dfc
 from dfc.errors import DfcError
-from tests.compiledtools import _no_compile_budget  # noqa: F401 (autouse fixture)
+from tests.compiledtools import _no_compile_budget, without_jax  # noqa: F401 (fixtures)
 from tests.conftest import run_all_modes
 from tests.runtime.test_compiled import _signature
 
@@ -223,7 +223,7 @@ def test_compiled_run_and_dfc_show_say_how_the_whole_run_goes(tmp_path):
     assert "# ---- the whole run (root frame)\n# compile_loops: compiled with numba as one function" in r.stdout
 
 
-def test_auto_compiles_the_whole_run_in_a_child_process_and_not_its_frames_too(monkeypatch, tmp_path):
+def test_auto_compiles_the_whole_run_in_a_child_process_and_not_its_frames_too(monkeypatch, tmp_path, without_jax):
     import time
 
     from dfc.runtime import compiled

@@ -69,19 +69,19 @@ def _checked_dirs():
 
 
 def _prepare(base, numba_dir):
-    frames = os.path.join(_private_tree(base), "numba")
-    _private(frames)
+    frames = os.path.join(private_tree(base), "numba")
+    private(frames)
     if numba_dir:           # numba then keeps its index and machine code there, not in __pycache__
         from numba.core.caching import _CacheLocator
         sub = _CacheLocator.get_suitable_cache_subpath(os.path.join(frames, "dfc_frame.py"))
-        index = os.path.join(_private_tree(numba_dir), sub)
+        index = os.path.join(private_tree(numba_dir), sub)
     else:
         index = os.path.join(frames, "__pycache__")
-    _private(index)
+    private(index)
     return frames, index
 
 
-def _private_tree(path):
+def private_tree(path):
     """`path` resolved, made (with missing parents) private, once it and its ancestors pass the checks."""
     path = os.path.realpath(os.path.expanduser(path))
     missing = []
@@ -90,7 +90,7 @@ def _private_tree(path):
         missing.append(p)
         p = os.path.dirname(p)
     for p in reversed(missing):
-        _private(p)
+        private(p)
     p = os.path.dirname(path)
     while True:
         try:
@@ -103,11 +103,11 @@ def _private_tree(path):
         if os.path.dirname(p) == p:
             break
         p = os.path.dirname(p)
-    _private(path)
+    private(path)
     return path
 
 
-def _private(path):
+def private(path):
     """Make directory `path` (mode 0700) unless it exists; Refused unless it is a private one of ours."""
     try:
         os.mkdir(path, 0o700)

@@ -7,12 +7,12 @@ around the draw, the iterations being the while_loops' traced counters (lower.py
 Philox runs on uint32 words; the 32x32 -> 64-bit products go through uint64 (exact under jax's x64 mode).
 The floating-point steps are philox.py's, in the same order, with one guard: XLA's CPU compiler contracts
 a product feeding an addition into a fused multiply-add (one rounding instead of numpy's two; unguarded,
-~1% of float64 normals differed in the last bit), as GPU compilers do by default, so every product gets `zero` added, a -0.0 the compiler cannot see (it comes from the run count): the
-product becomes fma(x, y, -0.0), which is x * y rounded (exactly: -0.0 keeps the sign of any product), and
-what adds it to something else is a plain addition. (Multiplying by an opaque 1.0 instead is not enough:
-XLA reorders (x * c) * one into (x * one) * c for a constant c, and then contracts.) The constants a, b
-pass through the guard too, so that XLA does not simplify 0 + x to x (which keeps a -0.0 that numpy's
-0.0 + -0.0 drops).
+~1% of float64 normals differed in the last bit), as GPU compilers do by default. So every product gets
+`zero` added, a -0.0 the compiler cannot see (it comes from the run count): the product becomes
+fma(x, y, -0.0), which is x * y rounded (exactly: -0.0 keeps the sign of any product), and what adds it to
+something else is a plain addition. (Multiplying by an opaque 1.0 instead is not enough: XLA reorders
+(x * c) * one into (x * one) * c for a constant c, and then contracts.) The constants a, b pass through the
+guard too, so that XLA does not simplify 0 + x to x (which keeps a -0.0 that numpy's 0.0 + -0.0 drops).
 """
 import numpy as np
 
