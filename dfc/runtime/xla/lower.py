@@ -33,10 +33,10 @@ from dfc.runtime import emit as E
 from dfc.runtime.kernel_context import KernelContext
 from dfc.ir.kinds import MERGE, NEXT, SWITCH
 from dfc.runtime.fused import _TAGGED_OPS, FrameProgram, NotFusable, _toposort
+from dfc.runtime.xla.random import OPS as RANDOM_OPS, lower as lower_random
 from dfc.runtime.kernels.registry import host
 from dfc.runtime.xla import jops
 from dfc.runtime.xla.jops import NotLowerable
-from dfc.runtime.xla.random import OPS as RANDOM_OPS, lower as lower_random
 from dfc.runtime.xla.state import STATE_OPS, StateOps, _concrete
 
 TRUE = frozenset()          # liveness: live (a conjunction of no literals)
