@@ -62,12 +62,12 @@ class XlaRun:
             self._load(flat)
         if self.state not in ("trial", "compiled"):
             return None
-        if not self.program.ready(flat):        # new input shapes or Variables: compile those too
-            self._start(flat, "compiling")
-            return None
         t, reruns = time.perf_counter(), self.program.reruns
         try:
-            values = self.program.run(flat, run_count)
+            values = self.program.run(flat, run_count, compiled_only=True)
+            if values is None:        # new input shapes or Variables: compile those too
+                self._start(flat, "compiling")
+                return None
         except DfcError:
             return None          # the step runs fused, which raises the error with its usual message
         except Exception as e:  # noqa: BLE001 — any failure of XLA's leaves the run on the fused path

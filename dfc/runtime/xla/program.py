@@ -4,6 +4,7 @@ import pickle
 import numpy as np
 
 import jax
+import jax.numpy as jnp
 
 from dfc.errors import DfcRuntimeError
 from dfc.ir import structure
@@ -36,6 +37,28 @@ def initial_rows(shape, dtype):
     return int(min(MAX_ROWS, max(MIN_ROWS, 1 << (fit.bit_length() - 1))))
 
 
+def pack_flags(tree, layout):
+    """(one int64 vector of `tree`'s scalar integer and boolean leaves, its other leaves); `layout` is filled
+    with what unpack_flags needs. Each array brought back from XLA costs tens of microseconds, and a run
+    has a liveness flag per fetch, error flags, a high-water mark per buffer."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    leaves = [jnp.asarray(v) for v in leaves]
+    packed = [i for i, v in enumerate(leaves)
+              if v.ndim == 0 and (v.dtype == jnp.bool_ or jnp.issubdtype(v.dtype, jnp.integer))]
+    layout.update(treedef=treedef, n=len(leaves), packed=packed, dtypes=[np.dtype(leaves[i].dtype) for i in packed])
+    vec = jnp.stack([leaves[i].astype(jnp.int64) for i in packed]) if packed else jnp.zeros((0,), jnp.int64)
+    keep = set(packed)
+    return vec, [v for i, v in enumerate(leaves) if i not in keep]
+
+
+def unpack_flags(vec, rest, layout):
+    leaves, others = [None] * layout["n"], iter(rest)
+    for j, (i, dtype) in enumerate(zip(layout["packed"], layout["dtypes"])):
+        leaves[i] = vec[j].astype(dtype)
+    leaves = [next(others) if v is None else v for v in leaves]
+    return jax.tree_util.tree_unflatten(layout["treedef"], leaves)
+
+
 class XlaProgram:
     """`program(*inputs)` runs the graph's signature like `Session(graph).call(*inputs)`.
 
@@ -43,7 +66,7 @@ class XlaProgram:
     pushes more than a stack's capacity, the run is repeated with the capacity raised to the next power of
     two above the high-water mark (`reruns` counts them); later calls keep the larger capacities.
     `compile(feeds)` compiles ahead of a run (a Session's background thread does, dfc/runtime/xla/auto.py);
-    `ready(feeds)` says whether a run with these feeds would find its executable compiled.
+    `run(feeds, run_count, compiled_only=True)` runs only if that executable exists.
 
     Random draws depend on the run count (philox.py): a Session passes its own to `run`; called on its own,
     the program counts its calls as a Session counts runs, so its n-th call draws what a Session's n-th
@@ -68,17 +91,21 @@ class XlaProgram:
         self.variables = {var_key(n): n for n in p.nodes if n.op == "VarHandle"}
         self.reruns = 0
         self._avals, self._fns, self._compiled = {}, {}, {}
+        self._layouts = {}        # function key -> how its scalar flags are packed (pack_flags)
         self.run_count = 0        # calls of `program(*inputs)` so far (a Session's first run is run 1)
 
     # ------------------------------------------------------------------ tracing
-    def _trace(self, caps, avals, discover, ta_lengths, feeds, variables, run_count):
+    def _trace(self, caps, avals, discover, ta_lengths, feeds, variables, run_count, layout=None):
         low = Lowerer(self.plan, self.analysis, self.types, dict(caps), avals, discover, dict(ta_lengths))
         low.feed_names = self.feed_names
         outs, lives, state = low.run(feeds, variables, run_count)
         highs = {k: v[2] if k[0] == "s" else v[3] for k, v in state.items() if k[0] in "st" and k[1:].isdigit()}
         new_vars = {k: v for k, v in state.items() if k.startswith("v:")}
         errors = {"under": state["under"], "ta_error": state["ta_error"]}
-        return outs, lives, new_vars, errors, highs, state["stacked"]
+        small = (lives, errors, highs, state["stacked"])
+        if layout is None:
+            return outs, new_vars, small
+        return (outs, new_vars) + pack_flags(small, layout)
 
     def _function(self, feeds, variables):
         sig = self._key(feeds, variables)[0]
@@ -94,25 +121,21 @@ class XlaProgram:
         key = (sig, caps, lengths)
         fn = self._compiled.get(key) or self._fns.get(key)
         if fn is None:
-            fn = self._fns[key] = jax.jit(lambda f, v, r: self._trace(caps, avals, False, lengths, f, v, r))
-        return fn
+            layout = self._layouts[key] = {}
+            fn = self._fns[key] = jax.jit(lambda f, v, r: self._trace(caps, avals, False, lengths, f, v, r, layout))
+        return fn, self._layouts[key]
 
     def _key(self, feeds, variables):
         sig = (tuple((f.shape, f.dtype.str) for f in feeds), tuple(sorted((k, v.shape, v.dtype.str)
                                                                           for k, v in variables.items())))
         return sig, (sig, tuple(sorted(self.caps.items())), tuple(sorted(self.ta_lengths.items())))
 
-    def ready(self, feeds):
-        """Whether a run with these feeds (and the Variables as they are) has its executable compiled."""
-        sig, key = self._key(feeds, self._variables())
-        return sig in self._avals and key in self._compiled
-
     def compile(self, feeds, variables=None):
         """Trace and compile for these feeds (and the Variables' current values) ahead of the first run;
         the executable serves every later run with the same types and buffer sizes."""
         variables = self._variables() if variables is None else variables
         with x64():
-            fn = self._function(feeds, variables)
+            fn = self._function(feeds, variables)[0]
             if isinstance(fn, jax.stages.Compiled):
                 return
             key = next(k for k, f in self._fns.items() if f is fn)
@@ -128,7 +151,8 @@ class XlaProgram:
         payload, in_tree, out_tree = serialize_executable.serialize(compiled)
         from dfc.runtime.xla import disk
         disk.write(path, pickle.dumps(dict(payload=payload, in_tree=in_tree, out_tree=out_tree, sig=sig,
-                                           avals=self._avals[sig], caps=self.caps, ta_lengths=self.ta_lengths)))
+                                           avals=self._avals[sig], caps=self.caps, ta_lengths=self.ta_lengths,
+                                           layout=self._layouts[key])))
         return True
 
     def load(self, path, feeds):
@@ -143,7 +167,8 @@ class XlaProgram:
         with x64():
             compiled = serialize_executable.deserialize_and_load(d["payload"], d["in_tree"], d["out_tree"])
         self._avals[sig], self.caps, self.ta_lengths = d["avals"], dict(d["caps"]), dict(d["ta_lengths"])
-        self._compiled[self._key(feeds, self._variables())[1]] = compiled
+        key = self._key(feeds, self._variables())[1]
+        self._compiled[key], self._layouts[key] = compiled, d["layout"]
         return True
 
     # ------------------------------------------------------------------ calling
@@ -165,18 +190,27 @@ class XlaProgram:
         self.run_count += 1
         return structure.pack(self.outputs, self.run(feeds, self.run_count))
 
-    def run(self, feeds, run_count):
+    def run(self, feeds, run_count, compiled_only=False):
         """The fetched values (numpy arrays, in order) of one run on converted feeds (in feed_names' order),
-        the `run_count`-th run of its Session (the draws' counter)."""
+        the `run_count`-th run of its Session (the draws' counter); compiled_only: None instead of compiling
+        when no executable has been compiled for these feeds."""
         with x64():
-            return self._run(feeds, np.int64(run_count))
+            return self._run(feeds, np.int64(run_count), compiled_only)
 
-    def _run(self, feeds, run_count):
+    def _run(self, feeds, run_count, compiled_only=False):
         variables = self._variables()
+        if compiled_only:
+            sig, key = self._key(feeds, variables)
+            if sig not in self._avals or key not in self._compiled:
+                return None
         while True:     # a re-run with larger buffers is the same run: the same run count, the same draws
-            # one transfer of everything back (each value fetched on its own costs a sync of its own)
-            outs, lives, new_vars, errors, highs, stacked = jax.device_get(
-                self._function(feeds, variables)(feeds, variables, run_count))
+            fn, layout = self._function(feeds, variables)
+            # each array to numpy by itself: jax.device_get's tree walk and asynchronous copies cost
+            # about 100 us a run more, on a run of tens of microseconds
+            result = fn(feeds, variables, run_count)
+            leaves, tree = jax.tree_util.tree_flatten(result)
+            outs, new_vars, flags, rest = jax.tree_util.tree_unflatten(tree, [np.asarray(v) for v in leaves])
+            lives, errors, highs, stacked = unpack_flags(flags, rest, layout)
             over = {int(k[1:]): int(h) for k, h in highs.items() if h > self.caps[int(k[1:])]}
             for s, h in over.items():
                 self.caps[s] = 1 << (h - 1).bit_length()
