@@ -465,7 +465,7 @@ class Session:
             self.run_count += 1
             with self._observed():
                 try:
-                    values = None if xr is None else xr.run(feeds)
+                    values = None if xr is None else xr.run(feeds, self.run_count)
                     if values is None:
                         t = time.perf_counter()
                         values = self._execute(plan, feeds)

@@ -54,8 +54,9 @@ class XlaRun:
         self.replanned = False     # (the Session replanned a refused run for numba)
 
     # ------------------------------------------------------------------ one run
-    def run(self, feeds):
-        """The fetched values of a compiled run, or None: the caller runs it fused (and calls `fused`)."""
+    def run(self, feeds, run_count):
+        """The fetched values of a compiled run (the Session's run_count-th run: what it draws), or None: the
+        caller runs it fused (and calls `fused`)."""
         flat = [feeds[n] for n in self.feed_names]
         if self.state == "fused" and self._digest is None:
             self._load(flat)
@@ -63,7 +64,7 @@ class XlaRun:
             return None
         t, reruns = time.perf_counter(), self.program.reruns
         try:
-            values = self.program.run(flat, compiled_only=True)
+            values = self.program.run(flat, run_count, compiled_only=True)
             if values is None:        # new input shapes or Variables: compile those too
                 self._start(flat, "compiling")
                 return None

@@ -21,6 +21,10 @@ from importlib import metadata
 
 from dfc.ir import serialize
 
+# The executables' calling convention (XlaProgram's traced function): entries of another are not loaded.
+# 2: the run count is an input (random draws).
+FORMAT = 2
+
 
 def directory():
     """`<cache>/xla`, private to this user, or None (no disk cache: compiled/cache.py says why)."""
@@ -61,7 +65,7 @@ def entry(digest, fetches, feed_names, targets, feeds):
     if d is None:
         return None
     what = [digest, list(fetches), list(feed_names), list(targets),
-            [[list(f.shape), f.dtype.str] for f in feeds], _platform()]
+            [[list(f.shape), f.dtype.str] for f in feeds], _platform(), FORMAT]
     return os.path.join(d, hashlib.sha256(json.dumps(what).encode()).hexdigest()[:40] + ".pkl")
 
 

@@ -33,6 +33,7 @@ from dfc.runtime import emit as E
 from dfc.runtime.kernel_context import KernelContext
 from dfc.ir.kinds import MERGE, NEXT, SWITCH
 from dfc.runtime.fused import _TAGGED_OPS, FrameProgram, NotFusable, _toposort
+from dfc.runtime.xla.random import OPS as RANDOM_OPS, lower as lower_random
 from dfc.runtime.kernels.registry import host
 from dfc.runtime.xla import checks
 from dfc.runtime.xla.jops import NotLowerable
@@ -109,11 +110,13 @@ class Lowerer(StateOps):
         self.ta_sizes, self.depth = {}, 0
         self.made = {}        # loop frame -> the state entries its body makes (_body_state)
         self.ctx = KernelContext()
+        self.run_count, self.tag = 0, []      # random draws' counter: [(frame id, traced iteration), ...]
 
     # ------------------------------------------------------------------ the run
-    def run(self, feeds, variables):
-        """(fetched values, their liveness as bools, the final state) of the run."""
+    def run(self, feeds, variables, run_count=0):
+        """(fetched values, their liveness as bools, the final state) of the run (the Session's run_count-th)."""
         p = self.p
+        self.run_count = run_count
         env, live = {}, {}
         for i, v in zip(self.feed_nodes(), feeds):
             if i is not None:           # (an input the outputs do not use is not in the plan)
@@ -167,7 +170,9 @@ class Lowerer(StateOps):
         op = node.op
         if pure and op in STATE_OPS:
             raise NotLowerable("a stateful op computes part of a loop's predicate", node=node.name)
-        if op in STATE_OPS:
+        if op in RANDOM_OPS:
+            outs = lower_random(node, vals, self.run_count, self.tag)
+        elif op in STATE_OPS:
             outs = self.state_op(node, i, vals, L, state, lits)
         elif op == "Const":
             outs = list(p.kern[i](None, ()))
@@ -317,6 +322,8 @@ class Lowerer(StateOps):
             if not _array(v):
                 raise NotLowerable("a loop variable that is not a tensor", node=p.nodes[m].name)
             init.append(jnp.asarray(v))
+        init.append(np.int64(0))        # the iteration count, after the loop variables: the draws' tag
+        outer = self.tag
         nexts = [p.ins[[s for s, _ in p.ins[m] if p.kind[s] == NEXT][0]][0] for m in a.merges]
         pred_ref = p.ins[a.loop_cond][0]
 
@@ -324,6 +331,7 @@ class Lowerer(StateOps):
             env = dict(base)
             for m, v in zip(a.merges, mv):
                 env[(m, 0)] = v
+            self.tag = outer + [(a.fid, mv[-1])]
             live = {k: TRUE for k in env}
             return env, live, Literals()
 
@@ -357,6 +365,7 @@ class Lowerer(StateOps):
                     raise NotLowerable(f"a loop variable that changes from {v0.dtype}{list(v0.shape)} to "
                                        f"{v.dtype}{list(v.shape)} (XLA loops keep shapes)", node=p.nodes[m].name)
                 out.append(v)
+            out.append(mv[-1] + 1)
             return tuple(out), st
 
         if not self.discover:       # the stacks and TensorArrays the body makes
@@ -374,6 +383,7 @@ class Lowerer(StateOps):
                     self.eval_items(pre, a, env, live, st, lits, pure=True)
         finally:
             self.depth -= 1
+            self.tag = outer
         outs = []
         for e in a.exits:
             outs.append(final[a.merges.index(a.switches[p.ins[e][0][0]])])

@@ -67,7 +67,11 @@ class XlaProgram:
     pushes more than a stack's capacity, the run is repeated with the capacity raised to the next power of
     two above the high-water mark (`reruns` counts them); later calls keep the larger capacities.
     `compile(feeds)` compiles ahead of a run (a Session's background thread does, dfc/runtime/xla/auto.py);
-    `run(feeds, compiled_only=True)` runs only if that executable exists.
+    `run(feeds, run_count, compiled_only=True)` runs only if that executable exists.
+
+    Random draws depend on the run count (philox.py): a Session passes its own to `run`; called on its own,
+    the program counts its calls as a Session counts runs, so its n-th call draws what a Session's n-th
+    run draws. The count is an input of the executable, not a constant in it.
     """
 
     def __init__(self, graph, fetches=None, feed_names=None, targets=()):
@@ -89,12 +93,13 @@ class XlaProgram:
         self.reruns = 0
         self._avals, self._fns, self._compiled = {}, {}, {}
         self._layouts = {}        # function key -> how its scalar flags are packed (pack_flags)
+        self.run_count = 0        # calls of `program(*inputs)` so far (a Session's first run is run 1)
 
     # ------------------------------------------------------------------ tracing
-    def _trace(self, caps, avals, discover, ta_lengths, feeds, variables, layout=None):
+    def _trace(self, caps, avals, discover, ta_lengths, feeds, variables, run_count, layout=None):
         low = Lowerer(self.plan, self.analysis, self.types, dict(caps), avals, discover, dict(ta_lengths))
         low.feed_names = self.feed_names
-        outs, lives, state = low.run(feeds, variables)
+        outs, lives, state = low.run(feeds, variables, run_count)
         highs = {k: v[2] if k[0] == "s" else v[3] for k, v in state.items() if k[0] in "st" and k[1:].isdigit()}
         new_vars = {k: v for k, v in state.items() if k.startswith("v:")}
         errors = checks.results(state)
@@ -108,7 +113,7 @@ class XlaProgram:
         avals = self._avals.get(sig)
         if avals is None:        # the abstract pass: what each stack holds
             avals = {}
-            jax.eval_shape(lambda f, v: self._trace((), avals, True, (), f, v), feeds, variables)
+            jax.eval_shape(lambda f, v: self._trace((), avals, True, (), f, v, np.int64(0)), feeds, variables)
             self._avals[sig] = avals
             for i in self._buffers:
                 if i not in self.caps:
@@ -118,7 +123,7 @@ class XlaProgram:
         fn = self._compiled.get(key) or self._fns.get(key)
         if fn is None:
             layout = self._layouts[key] = {}
-            fn = self._fns[key] = jax.jit(lambda f, v: self._trace(caps, avals, False, lengths, f, v, layout))
+            fn = self._fns[key] = jax.jit(lambda f, v, r: self._trace(caps, avals, False, lengths, f, v, r, layout))
         return fn, self._layouts[key]
 
     def _key(self, feeds, variables):
@@ -135,7 +140,7 @@ class XlaProgram:
             if isinstance(fn, jax.stages.Compiled):
                 return
             key = next(k for k, f in self._fns.items() if f is fn)
-            self._compiled[key] = fn.lower(feeds, variables).compile()
+            self._compiled[key] = fn.lower(feeds, variables, np.int64(0)).compile()
 
     def save(self, path, feeds):
         """Write the executable of these feeds, with what the program learned, to `path` (disk.py)."""
@@ -182,25 +187,28 @@ class XlaProgram:
         return out
 
     def __call__(self, *args):
-        return structure.pack(self.outputs, self.run(self.feeds(*args)))
+        feeds = self.feeds(*args)
+        self.run_count += 1
+        return structure.pack(self.outputs, self.run(feeds, self.run_count))
 
-    def run(self, feeds, compiled_only=False):
-        """The fetched values (numpy arrays, in order) of one run on converted feeds (in feed_names' order);
-        compiled_only: None instead of compiling when no executable has been compiled for these feeds."""
+    def run(self, feeds, run_count, compiled_only=False):
+        """The fetched values (numpy arrays, in order) of one run on converted feeds (in feed_names' order),
+        the `run_count`-th run of its Session (the draws' counter); compiled_only: None instead of compiling
+        when no executable has been compiled for these feeds."""
         with x64():
-            return self._run(feeds, compiled_only)
+            return self._run(feeds, np.int64(run_count), compiled_only)
 
-    def _run(self, feeds, compiled_only=False):
+    def _run(self, feeds, run_count, compiled_only=False):
         variables = self._variables()
         if compiled_only:
             sig, key = self._key(feeds, variables)
             if sig not in self._avals or key not in self._compiled:
                 return None
-        while True:
+        while True:     # a re-run with larger buffers is the same run: the same run count, the same draws
             fn, layout = self._function(feeds, variables)
             # each array to numpy by itself: jax.device_get's tree walk and asynchronous copies cost
             # about 100 us a run more, on a run of tens of microseconds
-            result = fn(feeds, variables)
+            result = fn(feeds, variables, run_count)
             leaves, tree = jax.tree_util.tree_flatten(result)
             outs, new_vars, flags, rest = jax.tree_util.tree_unflatten(tree, [np.asarray(v) for v in leaves])
             lives, errors, highs, stacked = unpack_flags(flags, rest, layout)
