@@ -488,14 +488,11 @@ def _eigh(node, a):
 
 # The ops with no lowering here, and why (state.py lowers stacks, TensorArrays and Variables; lower.py the
 # frame structure, Const and the feeds). tests/runtime/test_xla_ops.py checks that every other op has one.
-_RANDOM = "random draws: dfc/runtime/xla/random.py"
 _ASYNC = "asynchronous: it waits on other threads or workers, which one XLA program cannot do"
 _HOST = "it writes to the host (files, the summary log, the terminal), which a compiled run cannot do"
 _RAISES = ("numpy raises LinAlgError on a singular (or not positive definite) matrix where XLA returns "
            "infinities or NaNs: it needs a run-time check (dfc/runtime/xla/checks.py) first")
 NOT_LOWERED = {
-    "RandomNormal": _RANDOM, "RandomUniform": _RANDOM,
-    "Assert": "a run-time check that raises: dfc/runtime/xla/checks.py",
     "Send": "a cross-device transfer between partitions (a partitioned graph does not compile to one program)",
     "Recv": "a cross-device transfer between partitions (a partitioned graph does not compile to one program)",
     **{op: _ASYNC for op in ("QueueHandle", "QueueEnqueue", "QueueEnqueueMany", "QueueDequeue",
