@@ -103,7 +103,7 @@ def numpy_loss(seqs, lengths, W_xh, W_hh, b_h, W_hy, b_y):
         z = z - z.max(1, keepdims=True)
         logp = z - np.log(np.exp(z).sum(1, keepdims=True))
         total += np.sum(np.where(t + 1 < lengths, -logp[np.arange(len(seqs)), seqs[:, t + 1]], 0.0))
-    return np.float32(total / np.sum(lengths - 1))
+    return W_hh.dtype.type(total / np.sum(lengths - 1))          # float64 weights: a float64 loss (differences)
 
 
 def _jax_sample(n_samples, max_len):

@@ -32,7 +32,7 @@ def ising_mh(spins, beta, n_steps, record=False):
         s = spins[i, j]
         dE = 2.0 * s * (spins[(i + 1) % L, j] + spins[(i - 1) % L, j] + spins[i, (j + 1) % L] + spins[i, (j - 1) % L])
         if u < dfc.exp(-beta * dE):
-            spins = dfc.where((rows == i) & (cols == j), -spins, spins)
+            spins = dfc.where((rows == i) & (cols == j), -spins, spins)       # spins[i, j] = -s is refused
             energy += dE
             mag -= 2.0 * s
             accepted += 1
@@ -179,5 +179,7 @@ def cases(size="bench"):
                  dfc_call=lambda: ising_mh(*a), numpy=lambda: numpy_ising(*a),
                  jax=lambda: (lambda f: lambda: f(*a))(_jax()), torch=lambda: (lambda f: lambda: f(*a))(_torch()),
                  check=check, rtol=1e-12, atol=1e-12,
-                 note="each system draws its own numbers; checked by replaying dfc's draws",
+                 note="each system draws its own numbers; checked by replaying dfc's draws; the flip is a "
+                      "dfc.where over the lattice: the natural `spins[i, j] = -s` is refused (DfcTypeError: "
+                      "symbolic tensor does not support item assignment)",
                  jax_note="lax.fori_loop with jax.random and .at[].set (forward only)")]

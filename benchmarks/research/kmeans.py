@@ -121,4 +121,7 @@ def cases(size="bench"):
                            "float64, forward",
                  dfc_call=lambda: kmeans(*a), numpy=lambda: numpy_kmeans(*a),
                  jax=lambda: (lambda f: lambda: f(*a))(_jax()), torch=lambda: (lambda f: lambda: f(*a))(_torch()),
-                 check=check, rtol=1e-10, atol=1e-10, jax_note="lax.while_loop (forward only)")]
+                 check=check, rtol=1e-10, atol=1e-10, jax_note="lax.while_loop (forward only)",
+                 note="K is centers.shape[0]: the natural `K = dfc.shape(centers)[0]` is refused by dfc.one_hot "
+                      "(DfcTypeError: symbolic tensor getitem:0 cannot be used as a Python integer while tracing), "
+                      "although the shape is known while tracing")]

@@ -142,7 +142,8 @@ def _jax(max_iter):
                 return jnp.where(searching, t * 0.5, t), searching, k + searching.astype(jnp.int64)
             t, _, k = jax.lax.fori_loop(0, MAX_HALVINGS, inner, (jnp.float64(1.0), ~done, jnp.int64(0)))
             return jnp.where(done, w, w - t * step), done, iters + (~done).astype(jnp.int64), halvings + k
-        w, _, iters, halvings = jax.lax.fori_loop(0, max_iter, outer, (w0, jnp.bool_(False), jnp.int64(0), jnp.int64(0)))
+        init = (w0, jnp.bool_(False), jnp.int64(0), jnp.int64(0))
+        w, _, iters, halvings = jax.lax.fori_loop(0, max_iter, outer, init)
         return obj(w, Xv, yv, 0.0), (w, iters, halvings)
 
     f = jax.jit(jax.value_and_grad(hyper, argnums=(0, 1), has_aux=True))
@@ -201,10 +202,11 @@ def cases(size="bench"):
 
     cfg = SIZES[size]
     return [Case("newton_logreg", f"Newton + backtracking line search on L2 logistic regression (n={cfg['n']}, "
-                                  f"d={cfg['d']}) from a warm start until |grad| < 1e-9, gradient of the validation loss "
-                                  f"(n={cfg['n_val']}) wrt log(lambda) and the training data, float64",
+                                  f"d={cfg['d']}) from a warm start until |grad| < 1e-9, gradient of the validation "
+                                  f"loss (n={cfg['n_val']}) wrt log(lambda) and the training data, float64",
                  dfc_call=lambda: newton_hypergrad(*a), numpy=lambda: numpy_hypergrad(*a),
-                 jax=lambda: (lambda f: lambda: f(*a))(_jax(max_iter)), torch=lambda: (lambda f: lambda: f(*a))(_torch()),
+                 jax=lambda: (lambda f: lambda: f(*a))(_jax(max_iter)),
+                 torch=lambda: (lambda f: lambda: f(*a))(_torch()),
                  check=check, rtol=1e-6, atol=1e-9,
                  numpy_note="gradient by the implicit function theorem at the solution",
                  jax_note=f"fori_loop over all {max_iter} Newton steps x {MAX_HALVINGS} halvings with masks "
