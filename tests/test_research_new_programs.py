@@ -69,3 +69,19 @@ def test_ising_metropolis_hastings_equals_numpy_replaying_its_draws():
     assert 0 < int(accepted) == int(ref[1]) < int(a[2])                 # some flips accepted, some rejected
     assert np.array_equal(spins, ref[0])
     np.testing.assert_allclose([mean_energy, mean_abs_mag], ref[2:], rtol=1e-12)
+
+
+def test_neural_ode_loss_and_gradient_equal_numpy():
+    from benchmarks.research import neural_ode
+    a = neural_ode.inputs("tiny")
+    loss, accepted, rejected, grads = neural_ode.neural_ode_step(*a)
+    ref_loss, ref_accepted, ref_rejected = neural_ode.numpy_loss(*a)
+    assert int(accepted) == int(ref_accepted) and 0 < int(rejected) == int(ref_rejected)
+    assert float(loss) == pytest.approx(float(ref_loss), rel=1e-12)
+    rng, params = np.random.default_rng(0), a[3:]
+    for k in range(4):          # the step sizes move with the weights: the derivative of the whole discretization
+        d = rng.standard_normal(params[k].shape)
+        hi = [p + (1e-6 * d if q == k else 0) for q, p in enumerate(params)]
+        lo = [p - (1e-6 * d if q == k else 0) for q, p in enumerate(params)]
+        fd = (neural_ode.numpy_loss(*a[:3], *hi)[0] - neural_ode.numpy_loss(*a[:3], *lo)[0]) / 2e-6
+        assert float(np.sum(grads[k] * d)) == pytest.approx(fd, rel=1e-5)

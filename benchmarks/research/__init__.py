@@ -4,7 +4,7 @@ PyTorch versions computing the same thing; `python -m benchmarks.research` times
 import importlib
 
 MODULES = ("existing", "particle_filter", "seq2seq", "maml", "reinforce", "tree_lstm", "newton_logreg", "kmeans",
-           "char_rnn", "ising_mh")
+           "char_rnn", "ising_mh", "neural_ode")
 
 
 def all_cases(size="bench"):
