@@ -3,7 +3,8 @@ PyTorch versions computing the same thing; `python -m benchmarks.research` times
 "Research programs"). One module per program; each has `cases(size)` -> [Case]."""
 import importlib
 
-MODULES = ("existing", "particle_filter", "seq2seq", "maml", "reinforce", "tree_lstm")
+MODULES = ("existing", "particle_filter", "seq2seq", "maml", "reinforce", "tree_lstm", "newton_logreg", "kmeans",
+           "char_rnn", "ising_mh", "neural_ode")
 
 
 def all_cases(size="bench"):
