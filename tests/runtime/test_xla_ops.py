@@ -51,7 +51,8 @@ TRANSCENDENTAL = {"Exp", "Log", "Log1p", "Sin", "Cos", "Tanh", "Sigmoid", "Pow",
 COMPUTED = TRANSCENDENTAL | {"MatMul", "Einsum", "Mean", "Sum", "Prod", "Cumsum", "Cumprod", "CumprodGrad",
                              "Div", "Reciprocal", "Mod", "FloorDiv", "SumToShape", "GetItemGrad", "ScatterAdd",
                              "TakeAlongAxisGrad"}      # (sums: XLA may add in another order)
-LINALG = {"MatrixDeterminant", "LogMatrixDeterminant", "Qr", "SelfAdjointEig"}
+LINALG = {"MatrixDeterminant", "LogMatrixDeterminant", "Qr", "SelfAdjointEig", "MatrixSolve",
+          "MatrixInverse", "Cholesky"}
 
 
 def case(op, inputs, attrs=None, static=(), name=None):
@@ -163,7 +164,9 @@ CASES = (
     + [case("MatrixDeterminant", [SQ]), case("LogMatrixDeterminant", [SQ]),
        case("Qr", [_f(4, 3)], {"full_matrices": False}), case("Qr", [_f(2, 4, 3)], {"full_matrices": True},
                                                                name="Qr-full"),
-       case("SelfAdjointEig", [SQ])]
+       case("SelfAdjointEig", [SQ]), case("MatrixSolve", [SQ, _f(2, 3, 2)]), case("MatrixSolve", [SQ[0], _f(3, 3, 1)],
+                                                                                 name="MatrixSolve-broadcast"),
+       case("MatrixInverse", [SQ]), case("Cholesky", [SQ @ np.swapaxes(SQ, -1, -2) + 3 * np.eye(3)])]
 )
 
 
@@ -254,16 +257,16 @@ def test_the_pure_ops_without_an_xla_lowering_are_few_and_chosen():
     pure ones: a new entry is a decision, made here."""
     _, not_lowered = _lowered()
     pure = {op for op in not_lowered if not opreg.REGISTRY[op].stateful and not opreg.REGISTRY[op].in_executor}
-    raises = {"MatrixSolve", "MatrixInverse", "Cholesky"}        # need a run-time error flag
     value_sized = {"DynamicPartition", "DynamicStitch", "SumDuplicates"}
-    assert pure - {"Placeholder"} == raises | value_sized
+    assert pure - {"Placeholder"} == value_sized
 
 
 def test_an_op_without_a_lowering_says_why():
     from dfc.runtime.xla import jops
-    with pytest.raises(jops.NotLowerable, match="Cholesky: numpy raises LinAlgError") as e:
-        jops.lower(Node("chol", "Cholesky", ["x:0"], {}), [np.eye(2)])
-    assert e.value.node == "chol"
+    with pytest.raises(jops.NotLowerable, match="DynamicPartition: .*size depends on the values") as e:
+        jops.lower(Node("part", "DynamicPartition", ["x:0", "p:0"], {"num_partitions": 2}),
+                   [np.eye(2), np.array([0, 1])])
+    assert e.value.node == "part"
 
 
 def test_a_float_to_int_cast_is_refused_where_numpy_does_not_give_the_lowest_integer(monkeypatch):

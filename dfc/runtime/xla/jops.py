@@ -457,6 +457,25 @@ def _sym_lower(x):
     return jnp.tril(x) + jnp.swapaxes(jnp.tril(x, -1), -1, -2)
 
 
+# Solves, inverses and Cholesky factors of matrices numpy refuses (singular, not positive definite) come out
+# non-finite here; checks.after turns that into numpy's LinAlgError.
+@_op("MatrixSolve")
+def _solve(node, a):
+    x, b = a
+    batch = np.broadcast_shapes(x.shape[:-2], b.shape[:-2])
+    return [jnp.linalg.solve(jnp.broadcast_to(x, batch + x.shape[-2:]), jnp.broadcast_to(b, batch + b.shape[-2:]))]
+
+
+@_op("MatrixInverse")
+def _inv(node, a):
+    return [jnp.linalg.inv(a[0])]
+
+
+@_op("Cholesky")
+def _cholesky(node, a):
+    return [jnp.linalg.cholesky(_sym_lower(a[0]))]
+
+
 @_op("MatrixDeterminant")
 def _det(node, a):
     return [jnp.linalg.det(a[0])]
@@ -490,8 +509,6 @@ def _eigh(node, a):
 # frame structure, Const and the feeds). tests/runtime/test_xla_ops.py checks that every other op has one.
 _ASYNC = "asynchronous: it waits on other threads or workers, which one XLA program cannot do"
 _HOST = "it writes to the host (files, the summary log, the terminal), which a compiled run cannot do"
-_RAISES = ("numpy raises LinAlgError on a singular (or not positive definite) matrix where XLA returns "
-           "infinities or NaNs: it needs a run-time check (dfc/runtime/xla/checks.py) first")
 NOT_LOWERED = {
     "Send": "a cross-device transfer between partitions (a partitioned graph does not compile to one program)",
     "Recv": "a cross-device transfer between partitions (a partitioned graph does not compile to one program)",
@@ -505,7 +522,6 @@ NOT_LOWERED = {
     "Save": _HOST, "Restore": "it reads a checkpoint file", "SummaryScalar": _HOST, "SummaryHistogram": _HOST,
     "Print": _HOST,
     "Placeholder": "a graph input: lower.py takes it as a feed of the compiled program",
-    "MatrixSolve": _RAISES, "MatrixInverse": _RAISES, "Cholesky": _RAISES,
     **{op: "its output's size depends on the values (XLA shapes are static)"
        for op in ("DynamicPartition", "DynamicStitch", "SumDuplicates")},
     **{op: "a sparse update of a Variable's rows: state.py does not carry it yet"
