@@ -365,9 +365,16 @@ def _legend(source, names):
 
 
 def _show_run(session):
-    """The whole run: the root frame's generated code, and whether compile_loops=True compiles it as one."""
+    """The whole run: whether the default mode compiles it with XLA, the root frame's generated code, and
+    whether compile_loops=True compiles it as one."""
     if not session.graph.signature:
         return
+    from dfc.runtime.xla.auto import explain
+    xla = explain(session.graph)
+    line = {"lowers": "the run compiles whole with XLA (once it has run 0.2 s)",
+            "refused": f"the run does not compile with XLA: {xla['reason']}",
+            "unknown": f"whether the run compiles with XLA is not known before a run: {xla['reason']}"}[xla["status"]]
+    click.echo(f"# ---- default mode: {line}")
     names = {}
     info = session.compiled_run(names)
     if info["status"] == "scheduled":

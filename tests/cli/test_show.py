@@ -118,3 +118,36 @@ def test_the_legend_shows_any_name_on_one_escaped_line():
                          "#   node 1: " + ascii("evil\n# node 2: x\u2028'")]
     assert out.isascii() and len(lines) == 4 and all(l.startswith("# ") for l in lines)
     assert cli._legend("# not fused: a Recv", names) == ""
+
+
+@dfc.function(input_signature=[dfc.TensorSpec([3], "float64"), dfc.TensorSpec([], "int64")])
+def squash(x, n):
+    i = 0
+    while i < n:
+        x = dfc.tanh(x) * 2.0
+        i += 1
+    return x
+
+
+@dfc.function(input_signature=[dfc.TensorSpec([3], "float64")])
+def chatty(x):
+    i = 0
+    while i < 3:
+        dfc.print("i", i)
+        x = x * 2.0
+        i += 1
+    return x
+
+
+def test_show_fused_says_whether_the_default_mode_compiles_the_run_with_xla(tmp_path):
+    import pytest
+    pytest.importorskip("jax")
+    said = {}
+    for name, fn in (("squash", squash), ("chatty", chatty), ("decay", decay)):
+        dfc.save(fn.trace(), str(tmp_path / f"{name}.json"))
+        r = clitools.dfc("show", "--fused", tmp_path / f"{name}.json")
+        assert r.returncode == 0, r.stderr
+        said[name] = next(l for l in r.stdout.splitlines() if l.startswith("# ---- default mode:"))
+    assert "the run compiles whole with XLA" in said["squash"]
+    assert "does not compile with XLA" in said["chatty"] and "Print" in said["chatty"]
+    assert "not known before a run" in said["decay"]        # its input's length is not fixed

@@ -162,3 +162,25 @@ class XlaRun:
                 "from_disk": self.loaded,
                 "compiled_runs": self.compiled_runs, "fused_ms": med(self.fused_times),
                 "compiled_ms": med(self.compiled_times)}
+
+
+def explain(graph):
+    """Whether the default mode can compile a run of `graph`'s signature with XLA, found by tracing it with
+    the signature's input types (nothing is compiled or run): {"status": "lowers" | "refused" | "unknown",
+    "reason"}. "unknown": jax is not installed, or an input's shape is not fully known before a run."""
+    if not available():
+        return {"status": "unknown", "reason": "jax is not installed (numba compiles the loop frames)"}
+    inputs = graph.signature.get("inputs", [])
+    if any(i.get("shape") is None or any(d is None for d in i["shape"]) for i in inputs):
+        return {"status": "unknown", "reason": "an input's shape is known only when it runs; "
+                                               "Session.compiled_runs() says after a run"}
+    import jax
+    import numpy as np
+    from dfc.runtime.xla import to_jax
+    from dfc.runtime.xla.jops import NotLowerable
+    feeds = [jax.ShapeDtypeStruct(tuple(i["shape"]), np.dtype(i["dtype"])) for i in inputs]
+    try:
+        to_jax(graph).check(feeds)
+    except NotLowerable as e:
+        return {"status": "refused", "reason": str(e)}
+    return {"status": "lowers", "reason": None}

@@ -131,6 +131,15 @@ class XlaProgram:
                                                                           for k, v in variables.items())))
         return sig, (sig, tuple(sorted(self.caps.items())), tuple(sorted(self.ta_lengths.items())))
 
+    def check(self, feeds):
+        """Trace for these feeds (arrays or jax.ShapeDtypeStructs) without compiling: NotLowerable names
+        what the lowering cannot express."""
+        variables = self._variables()
+        with x64():
+            fn = self._function(feeds, variables)[0]
+            if not isinstance(fn, jax.stages.Compiled):
+                jax.eval_shape(fn, feeds, variables, np.int64(0))
+
     def compile(self, feeds, variables=None):
         """Trace and compile for these feeds (and the Variables' current values) ahead of the first run;
         the executable serves every later run with the same types and buffer sizes."""
