@@ -259,3 +259,58 @@ def test_a_cache_directory_others_can_write_is_not_used(tmp_path):
     out = _cached_run(tmp_path, cache)
     assert out["state"] == "compiled" and not out["from_disk"]
     assert not (cache / "xla").exists()
+
+
+def test_a_shape_computed_from_an_integer_input_compiles_once_per_value(monkeypatch, eager_compile):
+    """dfc.fill([n], ...) with n a graph input: XLA needs n when compiling, so the executable takes n's
+    value as a constant (as jax.jit's static arguments) and each new value compiles again."""
+    _fused_seconds(monkeypatch, 10.0)
+
+    @dfc.function
+    def ramp(x, n):
+        acc = dfc.fill([n], 0.0)
+        i = 0
+        while i < 4:
+            acc = acc + x * i
+            i += 1
+        return acc
+
+    g = ramp.trace(np.float64(1.0), np.int64(3))
+    s = dfc.Session(g, compile_loops="auto")
+    s.call(np.float64(1.0), np.int64(3))
+    _run_of(s).wait()
+    for k in range(auto.TRIALS + 2):
+        np.testing.assert_array_equal(s.call(np.float64(k), np.int64(3)), np.full(3, 6.0 * k))
+    assert s.compiled_runs()[0]["state"] == "compiled"
+    assert _run_of(s).program.static_feeds
+    np.testing.assert_array_equal(s.call(np.float64(2.0), np.int64(5)), np.full(5, 12.0))   # fused meanwhile
+    _run_of(s).wait()
+    runs = _run_of(s).compiled_runs
+    np.testing.assert_array_equal(s.call(np.float64(2.0), np.int64(5)), np.full(5, 12.0))
+    assert _run_of(s).compiled_runs == runs + 1
+
+
+def test_a_run_whose_stacked_length_changes_every_call_goes_back_to_fused(monkeypatch, eager_compile):
+    """A TensorArray stacked to a data-dependent length: XLA's shapes are static, so each new length means
+    a compile; after a few the run stays fused (every answer right all along)."""
+    _fused_seconds(monkeypatch, 10.0)
+
+    @dfc.function
+    def until(x):
+        ta = dfc.TensorArray("float64", size=0, dynamic_size=True)
+        i = 0
+        while x > 1.0:
+            ta = ta.write(i, x)
+            x = x / 2.0
+            i += 1
+        return ta.stack()
+
+    g = until.trace(np.float64(5.0))
+    s = dfc.Session(g, compile_loops="auto")
+    s.call(np.float64(5.0))
+    _run_of(s).wait()
+    for k in range(8):
+        x = 2.0 ** (k % 5 + 1) + 0.5
+        np.testing.assert_array_equal(s.call(np.float64(x)), _reference(g, np.float64(x)))
+    (info,) = s.compiled_runs()
+    assert info["state"] == "refused" and "compiled again" in info["reason"], info

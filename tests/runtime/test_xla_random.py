@@ -216,29 +216,25 @@ def test_gradient_of_a_program_with_draws_in_a_loop(monkeypatch):
 
 def test_a_shape_computed_in_the_graph_is_an_error_naming_the_draw():
     @dfc.function
+    def f(x):
+        return dfc.random_normal(dfc.stack([dfc.cast(dfc.reduce_sum(x), "int64")]), dtype="float64")
+
+    g = f.trace(np.array([1.0, 2.0]))
+    with pytest.raises(NotLowerable) as e:
+        to_jax(g)(np.array([1.0, 2.0]))
+    assert isinstance(e.value, dfc.DfcError) and "RandomNormal" in str(e.value)
+
+
+def test_a_shape_from_an_integer_input_is_a_constant_of_the_executable():
+    @dfc.function
     def f(n):
         return dfc.random_normal(dfc.stack([n]), dtype="float64")
 
     g = f.trace(np.int64(3))
-    with pytest.raises(NotLowerable) as e:
-        to_jax(g)(np.int64(3))
-    assert isinstance(e.value, dfc.DfcError) and "RandomNormal" in str(e.value)
-    assert g.nodes[e.value.node].op == "RandomNormal"
-
-
-def test_the_default_mode_draws_what_the_reference_draws_before_and_after_compiling(monkeypatch, tmp_path):
-    from dfc.runtime.xla import auto
-    monkeypatch.setenv("DFC_CACHE_DIR", str(tmp_path))   # the compiled run is kept on disk: not in the user's cache
-    monkeypatch.setattr(auto, "START_SECONDS", 0.0)      # compile after the first fused run
-    fused = auto.XlaRun.fused       # the fused runs count as slow: the compiled runs stay
-    monkeypatch.setattr(auto.XlaRun, "fused", lambda self, s, feeds: fused(self, 10.0, feeds))
-    args = (np.float64(20.0),)
-    g = _until_sum.trace(*args)
-    s, ref = dfc.Session(g, compile_loops="auto"), dfc.Session(g, mode="reference")
-    _same_bits(s.call(*args), ref.call(*args))          # run 1: fused
-    (xr,) = s._xla_runs.values()
-    xr.wait()
-    for _ in range(auto.TRIALS + 2):                     # runs 2, 3, ...: compiled, each with its run count
-        _same_bits(s.call(*args), ref.call(*args))
-    (info,) = s.compiled_runs()
-    assert info["state"] == "compiled" and info["compiled_runs"] == auto.TRIALS + 2, info
+    for n in (3, 5):
+        for got, ref, _ in _runs(g, (np.int64(n),)):
+            assert got.shape == (n,)
+            _same_bits(got, ref)
+    prog = to_jax(g)
+    prog(np.int64(4))
+    assert prog.static_feeds == (0,)

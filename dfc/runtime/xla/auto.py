@@ -7,8 +7,9 @@ only the tracing (a fraction of a second). Once compiled, the next TRIALS runs a
 if their median is slower than the fused runs' median the run goes back to the fused path for good,
 otherwise it stays compiled. The rule and its measurements: docs/architecture.md ("Compiled runs").
 
-A run the lowering refuses (an op or structure XLA cannot express: NotLowerable names the node) stays on
-the fused path, whose loop frames may then compile with numba (the Session is told: `refused`). A
+A run the lowering refuses (an op or structure XLA cannot express: NotLowerable names the node), or whose
+compiled runs keep having to be compiled again (a TensorArray stacked to a length that changes from run to
+run: XLA's shapes are static), stays on the fused path, whose loop frames may then compile with numba (the Session is told: `refused`). A
 compiled run that flags an error (an empty stack, a TensorArray misuse, a dead fetch) assigns nothing;
 the Session runs that step on the fused path, which raises the error with its usual message, or, should
 the two disagree, gives the fused path's answer. A process that ends while a compile runs waits for it
@@ -26,6 +27,7 @@ from dfc.errors import DfcError
 START_SECONDS = 0.2     # fused seconds a run spends before its compile starts (JAX compiles at once)
 TRIALS = 3              # compiled runs timed against the fused runs before the choice is kept
 _RECENT = 5             # fused runs whose median the compiled runs are compared with
+_RECOMPILES = 3         # compiled runs that had to be compiled again before the run goes back to fused
 
 
 def available():
@@ -48,6 +50,7 @@ class XlaRun:
         self.fused_seconds, self.compile_seconds = 0.0, None
         self.fused_times, self.compiled_times = [], []
         self.compiled_runs = 0
+        self.recompiled = 0         # compiled runs that ran again, compiled anew (a length that changed)
         self.program, self._thread = None, None
         self._digest = None         # the graph's hash, for the disk entry (disk.py)
         self.loaded = False         # the executable came from the disk cache
@@ -74,6 +77,12 @@ class XlaRun:
             self.state, self.reason = "failed", f"a compiled run raised {type(e).__name__}: {e}"
             return None
         self.compiled_runs += 1
+        if self.program.reruns != reruns:
+            self.recompiled += 1
+            if self.recompiled >= _RECOMPILES:
+                self.state = "refused"
+                self.reason = (f"{self.recompiled} compiled runs had to be compiled again: a TensorArray's "
+                               "stacked length (or a buffer) changes from run to run")
         # timed: not the first compiled run (a warm-up) nor one that ran again with larger buffers
         if self.state == "trial" and self.compiled_runs > 1 and self.program.reruns == reruns:
             self.compiled_times.append(time.perf_counter() - t)
@@ -177,10 +186,15 @@ def explain(graph):
     import jax
     import numpy as np
     from dfc.runtime.xla import to_jax
-    from dfc.runtime.xla.jops import NotLowerable
+    from dfc.runtime.xla.jops import NotLowerable, NotStatic
     feeds = [jax.ShapeDtypeStruct(tuple(i["shape"]), np.dtype(i["dtype"])) for i in inputs]
     try:
         to_jax(graph).check(feeds)
+    except NotStatic as e:
+        scalars = [i["name"] for i in inputs if not i["shape"] and np.dtype(i["dtype"]).kind in "biu"]
+        if scalars:
+            return {"status": "lowers", "reason": f"one executable per value of {', '.join(scalars)} ({e})"}
+        return {"status": "refused", "reason": str(e)}
     except NotLowerable as e:
         return {"status": "refused", "reason": str(e)}
     return {"status": "lowers", "reason": None}

@@ -49,12 +49,17 @@ class NotLowerable(DfcGraphError):
     """A node the XLA prototype has no lowering for (or a structure it cannot express)."""
 
 
+class NotStatic(NotLowerable):
+    """A value XLA needs when compiling (a shape, a length) is computed from values known only at run time.
+    program.py then tries again with the integer scalar inputs as constants (one executable per value)."""
+
+
 def static(x, node, what):
     """x as a numpy array, which XLA needs (a shape, a slice bound); an error naming the node if x is traced."""
     if isinstance(x, (np.ndarray, np.generic, int, float)):
         return np.asarray(x)
-    raise NotLowerable(f"{node.op}: the {what} must be known when compiling, but it is computed in the graph",
-                       node=node.name)
+    raise NotStatic(f"{node.op}: the {what} must be known when compiling, but it is computed in the graph",
+                    node=node.name)
 
 
 def _shape(x, node):

@@ -13,6 +13,7 @@ from dfc.runtime.executor import Plan
 from dfc.runtime.fused import FrameIndex
 from dfc.runtime.session import convert_input
 from dfc.runtime.xla import checks
+from dfc.runtime.xla.jops import NotStatic
 from dfc.runtime.xla.lower import Analysis, Lowerer
 from dfc.runtime.xla.state import var_key
 
@@ -94,9 +95,14 @@ class XlaProgram:
         self._avals, self._fns, self._compiled = {}, {}, {}
         self._layouts = {}        # function key -> how its scalar flags are packed (pack_flags)
         self.run_count = 0        # calls of `program(*inputs)` so far (a Session's first run is run 1)
+        # feeds (their indices) whose values are constants of the executable: integer scalars a shape or a
+        # length is computed from (a sample count, a maximum length), as jax.jit's static arguments
+        self.static_feeds = ()
 
     # ------------------------------------------------------------------ tracing
-    def _trace(self, caps, avals, discover, ta_lengths, feeds, variables, run_count, layout=None):
+    def _trace(self, caps, avals, discover, ta_lengths, feeds, variables, run_count, layout=None, statics=None):
+        if statics:
+            feeds = [statics.get(i, f) for i, f in enumerate(feeds)]
         low = Lowerer(self.plan, self.analysis, self.types, dict(caps), avals, discover, dict(ta_lengths))
         low.feed_names = self.feed_names
         outs, lives, state = low.run(feeds, variables, run_count)
@@ -110,10 +116,12 @@ class XlaProgram:
 
     def _function(self, feeds, variables):
         sig = self._key(feeds, variables)[0]
+        statics = {i: np.asarray(feeds[i]) for i in self.static_feeds}
         avals = self._avals.get(sig)
         if avals is None:        # the abstract pass: what each stack holds
             avals = {}
-            jax.eval_shape(lambda f, v: self._trace((), avals, True, (), f, v, np.int64(0)), feeds, variables)
+            jax.eval_shape(lambda f, v: self._trace((), avals, True, (), f, v, np.int64(0), statics=statics),
+                           feeds, variables)
             self._avals[sig] = avals
             for i in self._buffers:
                 if i not in self.caps:
@@ -123,12 +131,14 @@ class XlaProgram:
         fn = self._compiled.get(key) or self._fns.get(key)
         if fn is None:
             layout = self._layouts[key] = {}
-            fn = self._fns[key] = jax.jit(lambda f, v, r: self._trace(caps, avals, False, lengths, f, v, r, layout))
+            fn = self._fns[key] = jax.jit(lambda f, v, r: self._trace(caps, avals, False, lengths, f, v, r, layout,
+                                                                      statics))
         return fn, self._layouts[key]
 
     def _key(self, feeds, variables):
         sig = (tuple((f.shape, f.dtype.str) for f in feeds), tuple(sorted((k, v.shape, v.dtype.str)
-                                                                          for k, v in variables.items())))
+                                                                          for k, v in variables.items())),
+               tuple(feeds[i].item() for i in self.static_feeds))
         return sig, (sig, tuple(sorted(self.caps.items())), tuple(sorted(self.ta_lengths.items())))
 
     def check(self, feeds):
@@ -140,9 +150,28 @@ class XlaProgram:
             if not isinstance(fn, jax.stages.Compiled):
                 jax.eval_shape(fn, feeds, variables, np.int64(0))
 
+    def static_retry(self, feeds, attempt):
+        """attempt(), or, when it needs a value computed from the run's inputs when compiling (NotStatic),
+        attempt() again with the integer scalar feeds as constants of the executable."""
+        try:
+            return attempt()
+        except NotStatic:
+            scalars = tuple(i for i, f in enumerate(feeds) if np.ndim(f) == 0 and np.dtype(f.dtype).kind in "biu")
+            if self.static_feeds or not scalars:
+                raise
+            self.static_feeds = scalars
+            try:
+                return attempt()
+            except NotStatic:
+                self.static_feeds = ()
+                raise
+
     def compile(self, feeds, variables=None):
         """Trace and compile for these feeds (and the Variables' current values) ahead of the first run;
         the executable serves every later run with the same types and buffer sizes."""
+        self.static_retry(feeds, lambda: self._compile(feeds, variables))
+
+    def _compile(self, feeds, variables=None):
         variables = self._variables() if variables is None else variables
         with x64():
             fn = self._function(feeds, variables)[0]
@@ -168,7 +197,7 @@ class XlaProgram:
         from dfc.runtime.xla import disk
         disk.write(path, pickle.dumps(dict(payload=payload, in_tree=in_tree, out_tree=out_tree, sig=sig,
                                            avals=self._avals[sig], caps=self.caps, ta_lengths=self.ta_lengths,
-                                           layout=self._layouts[key])))
+                                           layout=self._layouts[key], static_feeds=self.static_feeds)))
         return True
 
     def load(self, path, feeds):
@@ -177,6 +206,7 @@ class XlaProgram:
         from jax.experimental import serialize_executable
         with open(path, "rb") as f:
             d = pickle.load(f)
+        self.static_feeds = tuple(d["static_feeds"])
         sig = self._key(feeds, self._variables())[0]
         if d["sig"] != sig:
             return False
@@ -211,7 +241,7 @@ class XlaProgram:
         the `run_count`-th run of its Session (the draws' counter); compiled_only: None instead of compiling
         when no executable has been compiled for these feeds."""
         with x64():
-            return self._run(feeds, np.int64(run_count), compiled_only)
+            return self.static_retry(feeds, lambda: self._run(feeds, np.int64(run_count), compiled_only))
 
     def _run(self, feeds, run_count, compiled_only=False):
         variables = self._variables()
@@ -221,6 +251,7 @@ class XlaProgram:
                 return None
         while True:     # a re-run with larger buffers is the same run: the same run count, the same draws
             fn, layout = self._function(feeds, variables)
+            self._compiled.setdefault(self._key(feeds, variables)[1], fn)     # (compiled by this call if new)
             # each array to numpy by itself: jax.device_get's tree walk and asynchronous copies cost
             # about 100 us a run more, on a run of tens of microseconds
             result = fn(feeds, variables, run_count)
