@@ -220,3 +220,41 @@ def test_tensor_arrays_grow_by_running_again_and_their_gradients_agree(monkeypat
     assert reruns >= 1              # the written array outran its buffer and its stacked length was learned
     _agree(prog(*args), out)
     assert prog.reruns == reruns
+
+
+def test_a_heavy_node_in_a_branch_runs_only_when_the_branch_is_taken():
+    """Large nodes live only under a cond's predicate run inside a lax.cond of their own (lower.py
+    _guarded): the results are the reference interpreter's, with the branch taken in some iterations and
+    not in others, gradient included."""
+    from dfc.runtime.xla import lower
+
+    @dfc.function
+    def f(x0, pos, n):
+        x = x0
+        i = 0
+        total = dfc.reduce_sum(x) * 0.0
+        while i < n:
+            if i % 3 == 0:      # the heavy branch: a 64 x 64 comparison and sum, a gather
+                idx = dfc.reduce_sum(dfc.cast(dfc.cumsum(x)[None, :] < pos[:, None], "int64"), 1)
+                x = dfc.gather(x, dfc.minimum(idx, 63)) * 0.9 + 0.01
+            else:
+                x = x * 1.01
+            total = total + dfc.reduce_sum(x * x)
+            i += 1
+        return total, dfc.gradients(total, x0)
+
+    rng = np.random.default_rng(0)
+    x = rng.random(64) / 32
+    pos = np.sort(rng.random(64))
+    n = np.int64(6)
+    g = f.trace(x, pos, n)
+    prog = to_jax(g)
+    got = prog(x, pos, n)
+    want = dfc.Session(g, mode="reference").call(x, pos, n)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    (fn,) = prog._fns.values()
+    from dfc.runtime.xla.program import x64
+    with x64():
+        text = fn.lower(prog.feeds(x, pos, n), {}, np.int64(1)).as_text()
+    assert "stablehlo.case" in text or "conditional" in text       # the branch's heavy nodes are guarded

@@ -35,7 +35,7 @@ from dfc.ir.kinds import MERGE, NEXT, SWITCH
 from dfc.runtime.fused import _TAGGED_OPS, FrameProgram, NotFusable, _toposort
 from dfc.runtime.xla.random import OPS as RANDOM_OPS, lower as lower_random
 from dfc.runtime.kernels.registry import host
-from dfc.runtime.xla import checks
+from dfc.runtime.xla import checks, jops
 from dfc.runtime.xla.jops import NotLowerable
 from dfc.runtime.xla.state import STATE_OPS, StackRef, StateOps, TARef, _concrete
 
@@ -85,6 +85,13 @@ class Literals:
             b = b if pol else jnp.logical_not(b)
             out = b if out is True else jnp.logical_and(out, b)
         return out
+
+
+# Elements (a node's inputs and outputs) from which a node in a cond's branch runs under a lax.cond of its
+# own rather than being computed every time and selected: a lax.cond costs about a microsecond, and it
+# keeps XLA from fusing an elementwise op with its neighbours.
+_HEAVY, _HEAVY_ELEMENTWISE = 512, 16384
+_ELEMENTWISE = frozenset(jops._BINARY) | frozenset(jops._UNARY) | {"Cast", "Where", "Select"}
 
 
 def conj(lives):
@@ -192,12 +199,34 @@ class Lowerer(StateOps):
                         raise kernel_error(node, e) from None
             if outs is None:
                 checks.check(self, node, i, vals, L, state, lits)
-                outs = checks.lower(node, vals)
+                outs = self._guarded(node, vals, L, lits)
                 checks.after(self, node, i, vals, outs, L, state, lits)
                 outs = [self._typed(node, k, o) for k, o in enumerate(outs)]
         for k in range(nout):
             env[(i, k)] = outs[k] if k < len(outs) else True
             live[(i, k)] = L
+
+    def _guarded(self, node, vals, L, lits):
+        """checks.lower(node, vals); a large node live only under a predicate (in a cond's branch) runs inside
+        a lax.cond on it, so a branch not taken costs nothing: XLA computes both sides of a select, and the
+        rest of a cond lowers to selects (a rare, heavy branch, such as a particle filter's resampling, would
+        otherwise run every iteration)."""
+        if L == TRUE or self.discover:
+            return checks.lower(node, vals)
+        traced = [k for k, v in enumerate(vals) if isinstance(v, jax.core.Tracer)]
+
+        def run(*args):
+            a = list(vals)
+            for k, v in zip(traced, args):
+                a[k] = v
+            return list(checks.lower(node, a))
+
+        args = [vals[k] for k in traced]
+        shapes = jax.eval_shape(run, *args)
+        size = sum(int(np.prod(s.shape)) for s in shapes) + sum(int(np.prod(jnp.shape(v))) for v in args)
+        if not args or size < (_HEAVY_ELEMENTWISE if node.op in _ELEMENTWISE else _HEAVY):
+            return run(*args)
+        return lax.cond(lits.value(L), run, lambda *a: [jnp.zeros(s.shape, s.dtype) for s in shapes], *args)
 
     def _typed(self, node, k, v):
         """v in the dtype dfc's type inference gives the output (jnp's promotion differs from numpy's)."""
@@ -242,7 +271,10 @@ class Lowerer(StateOps):
             else:
                 c = lits.value(L)
                 newL = frozenset({(lits.of(jnp.logical_or(c, lits.value(L1))), True)})
-            v = v if v1 is v else jnp.where(c, v, v1)
+            # equal constants (a shape that both branches compute) stay constants: XLA needs shapes static
+            same = v1 is v or (_concrete(v) and _concrete(v1) and np.shape(v) == np.shape(v1)
+                               and np.asarray(v).dtype == np.asarray(v1).dtype and np.array_equal(v, v1))
+            v = v if same else jnp.where(c, v, v1)
             idx = jnp.where(c, idx, np.int32(k1))
             L = newL
         env[(i, 0)], env[(i, 1)] = v, idx
