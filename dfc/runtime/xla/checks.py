@@ -73,7 +73,7 @@ def _record(state, lits, L, bad, code, a=0, b=0, c=0):
     return first
 
 
-def _code(i, part=0):
+def _error_code(i, part=0):
     return (i + 1) * PARTS + part
 
 
@@ -90,7 +90,7 @@ def _index(state, lits, L, i, idx, n, axis):
     if jnp.size(idx) == 0:
         return
     bad, v = _first_bad(idx, n)
-    _record(state, lits, L, bad, _code(i, axis), v, n)
+    _record(state, lits, L, bad, _error_code(i, axis), v, n)
 
 
 def _spec_axes(spec, ndim):
@@ -151,7 +151,7 @@ def _along_axis(state, lits, L, i, shape, idx, ax):
     if idx.size == 0:
         return
     n = shape[ax % max(len(shape), 1)]
-    _record(state, lits, L, jnp.any((idx < -n) | (idx >= n)), _code(i), jnp.min(idx), jnp.max(idx), n)
+    _record(state, lits, L, jnp.any((idx < -n) | (idx >= n)), _error_code(i), jnp.min(idx), jnp.max(idx), n)
 
 
 def _check_take_along_axis(low, node, i, vals, L, state, lits):
@@ -166,12 +166,12 @@ def _check_take_along_axis_grad(low, node, i, vals, L, state, lits):
 def _check_int_divisor(low, node, i, vals, L, state, lits):
     x = jnp.asarray(vals[0])
     if x.dtype.kind == "i":
-        _record(state, lits, L, jnp.asarray(vals[1]) == 0, _code(i))
+        _record(state, lits, L, jnp.asarray(vals[1]) == 0, _error_code(i))
 
 
 def _check_int_pow(low, node, i, vals, L, state, lits):
     if jnp.asarray(vals[0]).dtype.kind == "i":
-        _record(state, lits, L, jnp.asarray(vals[1]) < 0, _code(i))
+        _record(state, lits, L, jnp.asarray(vals[1]) < 0, _error_code(i))
 
 
 _CHECKS = {
@@ -209,7 +209,7 @@ def after(low, node, i, vals, outs, L, state, lits):
     """Record the failure the numpy kernel of `node` would raise, seen in its lowered outputs."""
     if node.op in _LINALG:
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(jnp.asarray(v))) for v in vals]))
-        _record(state, lits, L, finite & ~jnp.all(jnp.isfinite(outs[0])), _code(i))
+        _record(state, lits, L, finite & ~jnp.all(jnp.isfinite(outs[0])), _error_code(i))
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -223,7 +223,7 @@ _STATE_MESSAGES = {
 
 def fail(state, lits, L, bad, i, part, a=0, b=0):
     """Record state failure `part` of node i where `bad` holds (see _record)."""
-    _record(state, lits, L, bad, _code(i, part), a, b)
+    _record(state, lits, L, bad, _error_code(i, part), a, b)
 
 
 # ---------------------------------------------------------------------------------------------- effects
@@ -236,7 +236,7 @@ def effect(low, node, i, vals, L, state, lits):
     if low.discover:
         low.stack_avals[("assert", i)] = [(d.shape, d.dtype) for d in data]
         return []
-    first = _record(state, lits, L, ~jnp.all(jnp.asarray(vals[0])), _code(i))
+    first = _record(state, lits, L, ~jnp.all(jnp.asarray(vals[0])), _error_code(i))
     if data:
         # outside loops the Assert runs once (its slot need not exist before, and its data's shapes may change
         # between compilations, e.g. a stacked TensorArray's length); in a loop, the slot made by `init`
