@@ -22,7 +22,7 @@ _OPS = ("constant add subtract multiply divide floordiv mod pow maximum minimum 
         "print Assert clip timestamp").split()
 
 _LAZY = {name: ("dfc.compiler.ops_api", name) for name in _OPS}
-_NUMPY = ("full arange linspace repeat tile flip roll outer argsort sort top_k take_along_axis cumsum cumprod "
+_NUMPY = ("full arange linspace repeat tile flip roll outer argsort searchsorted sort top_k take_along_axis cumsum cumprod "
           "einsum pad isnan isinf inf nan pi e newaxis eye tril triu diagonal").split()
 _LAZY.update({name: ("dfc.compiler.numpy_api", name) for name in _NUMPY})
 _LAZY["linalg"] = ("dfc.compiler.linalg", None)

@@ -264,6 +264,16 @@ def outer(a, b):
 # ------------------------------------------------------------------ sorting
 
 
+def searchsorted(a, v, side="left"):
+    """numpy.searchsorted: the int64 indices where the values v would be inserted into the sorted 1-D array
+    a to keep it sorted ("left": before equal elements, "right": after them). Not differentiable (its
+    results are integers)."""
+    a, v = convert(a), convert(v)
+    d = dt.promote(a.dtype, v.dtype)      # compared as numpy compares them: in the common type
+    a, v = (x if x.dtype == d else _b().make1("Cast", (x,), {"dtype": d}) for x in (a, v))
+    return _b().make1("SearchSorted", (a, v), {"side": str(side)})
+
+
 def argsort(x, axis=-1, descending=False):
     """numpy.argsort (stable, int64 indices): the indices that sort x along `axis` (axis=None: the
     flattened x). NaN sorts last, as in numpy. descending=True (as in jax.numpy) sorts from largest

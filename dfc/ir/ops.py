@@ -1043,6 +1043,21 @@ def _argsort_infer(attrs, ins):
     return [TType("int64", ins[0].shape)]
 
 
+def _searchsorted_infer(attrs, ins):
+    a, v = ins
+    _require("SearchSorted", a, dt.NUMERIC, "sorted array")
+    _same_dtype("SearchSorted", ins)
+    if a.shape is not None and len(a.shape) != 1:
+        raise DfcTypeError(f"SearchSorted needs a 1-D sorted array, got shape {dt.format_shape(a.shape)}")
+    if attrs["side"] not in ("left", "right"):
+        raise DfcTypeError(f"SearchSorted side must be 'left' or 'right', not {attrs['side']!r}")
+    return [TType("int64", v.shape)]
+
+
+# numpy.searchsorted: where each value would go in the sorted 1-D array (side "left": before equal ones).
+register("SearchSorted", ("sorted", "values"), 1, {"side": ("str", "left")}, _searchsorted_infer, heavy=True)
+
+
 # Stable: equal elements keep their order (descending too: the lower index first), NaN sorts last
 # (first when descending).
 register("ArgSort", ("x",), 1, {"axis": ("int", -1), "descending": ("bool", False)}, _argsort_infer, heavy=True)

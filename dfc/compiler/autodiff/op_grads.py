@@ -409,7 +409,7 @@ GRADS.update(linalg_grads.GRADS)
 # Zero or undefined derivative, integer/bool results, sources, state and side effects.
 NOT_DIFFERENTIABLE = frozenset("""
     Less LessEqual Greater GreaterEqual Equal NotEqual LogicalAnd LogicalOr LogicalNot IsFinite
-    IsNan IsInf ArgSort
+    IsNan IsInf ArgSort SearchSorted
     Sign Floor Ceil Round FloorDiv StopGradient ZerosLike OnesLike OneHot All Any ArgMax ArgMin
     Const Placeholder Range RandomUniform RandomNormal Shape Size Rank LoopCond NoOp Print Assert
     VarHandle Assign AssignAdd AssignSub ApplyOnce StackV2 StackPush StackPop

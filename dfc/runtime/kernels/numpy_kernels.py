@@ -60,6 +60,12 @@ def _argsort(node, xp):
     return direct(lambda x: argsort(xp, x, axis, desc))
 
 
+@kernel("SearchSorted")
+def _searchsorted(node, xp):
+    side = node.attrs["side"]
+    return direct(lambda a, v: xp.asarray(xp.searchsorted(a, v, side=side)).astype("int64"))
+
+
 @kernel("TopK")
 def _top_k(node, xp):
     k = node.attrs["k"]

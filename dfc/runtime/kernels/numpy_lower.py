@@ -66,6 +66,21 @@ def _argsort(e):
     return [permuted(e, r, inv)]
 
 
+@lowering("SearchSorted")
+def _searchsorted(e):
+    (a, v), (ta, tv) = e.args, e.ins
+    if ta.ndim != 1:
+        raise Unsupported("SearchSorted of an array that is not 1-D")
+    vv = E.fmt("np.full(1, {})", v) if tv.ndim == 0 else E.fmt("H.reshape({}, {}.size)", v, v)
+    if e.node.attrs["side"] == "left":
+        r = e.tmp_of(E.fmt("np.searchsorted({}, {}).astype(np.int64)", a, vv))
+    else:
+        r = e.tmp_of(E.fmt("np.searchsorted({}, {}, side='right').astype(np.int64)", a, vv))
+    if e.outs[0].ndim == 0:
+        return [E.fmt("{}[0]", r)]
+    return [E.fmt("H.reshape({}, {}.shape)", r, v)]
+
+
 @lowering("TopK")
 def _top_k(e):
     """The k largest along the last axis, NaNs first, equal ones in index order (the kernel's stable sort)."""

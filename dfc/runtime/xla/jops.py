@@ -441,6 +441,12 @@ def _argsort(x, axis, descending):
     return (n - 1 - jnp.flip(rev, axis)).astype(jnp.int64)
 
 
+@_op("SearchSorted")
+def _searchsorted(node, a):
+    # jnp.searchsorted with numpy's order, NaN last (jnp compares NaN as unordered otherwise)
+    return [jnp.searchsorted(a[0], a[1], side=node.attrs["side"], method="compare_all").astype(jnp.int64)]
+
+
 @_op("ArgSort")
 def _argsort_op(node, a):
     return [_argsort(jnp.asarray(a[0]), node.attrs["axis"], node.attrs["descending"])]
