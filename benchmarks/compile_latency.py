@@ -8,9 +8,12 @@ ODE integrator's gradient from benchmarks/ode.py) it measures, each in a new Pyt
          2x JAX's first call;
 - warm:  the same in a second process with the cache the first one filled — target: under 1 s; what it
          loaded (cache hits per frame) is printed with it;
-- auto:  the default mode (compile_loops="auto"), empty cache, called in a loop for --auto-seconds with
-         --hogs busy processes (default: one per core) competing for the CPUs: how long until it ran
-         compiled by itself, and its call times before, during and after the background compile.
+- auto:  the default mode (compile_loops="auto": the run compiled whole by XLA in a background thread),
+         empty cache, called in a loop for --auto-seconds with --hogs busy processes (default: one per
+         core) competing for the CPUs: how long until it ran compiled by itself, and its call times
+         before, during and after the background compile;
+- auto-warm: the default mode in a second process with the cache the auto run filled — target: compiled
+         speed on its first call in under 1 s (the XLA executable comes from the disk cache).
 
     python -m benchmarks.compile_latency [--programs maml,ode] [--hogs N] [--auto-seconds 60] [--json FILE]
 
@@ -120,6 +123,13 @@ def _child(name, what, seconds):
                 "loaded": [(st["frame"], "cache" if st["cached"] else "compiled", round(st["seconds"], 2))
                            for st in compiled.stats()]}
     s = dfc.Session(g, compile_loops="auto")    # the library default (benchmarks/__init__.py sets 0)
+    if what == "auto-warm":
+        t = time.perf_counter()
+        s.call(*args)
+        first = time.perf_counter() - t
+        t = time.perf_counter()
+        s.call(*args)
+        return {"first_s": first, "second_s": time.perf_counter() - t, "runs": s.compiled_runs()}
     calls, t0 = [], time.perf_counter()
     compiled_at = None
     while time.perf_counter() - t0 < seconds:
@@ -133,11 +143,12 @@ def _child(name, what, seconds):
         if compiled_at is not None and time.perf_counter() - t0 > compiled_at + 3:
             break
     bg = [st for st in compiled.stats() if st.get("background")]
+    bg += [{"seconds": r["compile_seconds"]} for r in s.compiled_runs() if r["compile_seconds"]]
     import resource
     from dfc.runtime.compiled import background
     background._stop_all()      # (the children's CPU time counts once they are reaped)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"compiled_at_s": compiled_at, "children_cpu_s": kids.ru_utime + kids.ru_stime,
+    return {"compiled_at_s": compiled_at, "children_cpu_s": kids.ru_utime + kids.ru_stime, "runs": s.compiled_runs(),
             "kept": {f.name: "fused (compiled was slower)" if getattr(f, "slower_compiled", False) else
                      "compiled" if f.runs["compiled"] else "fused" for f in _frames(s)}, "calls": calls, "background_s": [st["seconds"] for st in bg],
             "errors": [getattr(f, "_job", None) and f._job.error for f in _frames(s, args)
@@ -155,7 +166,9 @@ def _frames(s, args=None):
 
 
 def _runs_compiled(s, args):
-    """Whether the last call ran compiled: the whole run, or every compiled loop frame."""
+    """Whether the last call ran compiled: the whole run (by XLA, or numba), or every compiled loop frame."""
+    if any(r["state"] == "compiled" for r in s.compiled_runs()):
+        return True
     fs = _frames(s, args)
     root = [f for f in fs if f.name == "(root)"]
     if root and root[0].runs["compiled"]:
@@ -235,15 +248,19 @@ def main(argv=None):
                     for h in hogs:
                         h.kill()
                         h.wait()
+                r["auto-warm"] = _spawn(name, "auto-warm", cache)
+            w = r["auto-warm"]
+            print(f"{name}: default mode, second process, warm cache: first call {_s(w, 'first_s')}, second "
+                  f"{_s(w, 'second_s', 1e3, 'ms')}; {[(x['state'], 'from disk' if x.get('from_disk') else 'compiled here') for x in w.get('runs', [])]}")
             res = r["auto"]
             ph = r["auto_phases"] = _phases(res)
             at = res.get("compiled_at_s")
             print(f"{name}: auto with {a.hogs} busy processes: "
                   + (f"compiled after {at:.1f} s" if at is not None else f"not compiled within {a.auto_seconds:.0f} s")
-                  + f"; background child {res.get('background_s')}; median call "
+                  + f"; background compile {res.get('background_s')} s; median call "
                   + ", ".join(f"{_ms(ph[k][0])} {k} ({ph[k][1]} calls)" for k in ("before", "during", "after"))
                   + f"; slowest call {_ms(ph['slowest'])}; compiling children {_s(res, 'children_cpu_s')} CPU"
-                  + f"; in the end {res.get('kept')}"
+                  + f"; in the end {[x['state'] for x in res.get('runs', [])] or res.get('kept')}"
                   + f" {res.get('errors') or ''}" + (res.get("error", "") or ""))
     if a.json:
         with open(a.json, "w") as f:
