@@ -371,7 +371,7 @@ def _show_run(session):
         return
     from dfc.runtime.xla.auto import explain
     xla = explain(session.graph)
-    line = {"lowers": "the run compiles whole with XLA (once it has run 0.2 s)" +
+    line = {"lowers": "the run compiles whole with XLA (once it has been made twice, for 0.2 s)" +
                       (f": {xla['reason']}" if xla["reason"] else ""),
             "refused": f"the run does not compile with XLA: {xla['reason']}",
             "unknown": f"whether the run compiles with XLA is not known before a run: {xla['reason']}"}[xla["status"]]

@@ -33,9 +33,9 @@ class RunOptions:
                                              "loop's own).")
     printer: object = _opt(None, "Function that print ops call (default: print to stdout).")
     fuse_loops: object = _opt(None, "Run loop frames as fused Python (default: on in threads mode).")
-    compile_loops: object = _opt(None, '"auto" (default, or $DFC_COMPILE_LOOPS): a run that ran 0.2 s compiles '
-                                       'whole to XLA in the background (numba compiles the loop frames of runs XLA '
-                                       'refuses); True: numba compiles every loop frame at once; False: never.')
+    compile_loops: object = _opt(None, '"auto" (default, or $DFC_COMPILE_LOOPS): a run made twice that ran 0.2 s '
+                                       'compiles whole to XLA in the background (numba compiles the loop frames of '
+                                       'runs XLA refuses); True: numba compiles every loop frame at once; False: never.')
     device_map: object = _opt(None, 'Renames devices, e.g. {"gpu:0": "accel:0"}.')
     devices: object = _opt((), "More devices the placer may use for unplaced nodes.")
     default_device: object = _opt(None, "Device of nodes the placer does not move (default: cpu:0).")

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.host_devices("XLA runs are compiled for the host CPU")
 def eager_compile(monkeypatch):
     """Compile after the first fused run (the library waits for 0.2 s of fused runs)."""
     monkeypatch.setattr(auto, "START_SECONDS", 0.0)
+    monkeypatch.setattr(auto, "START_CALLS", 1)
 
 
 def _fused_seconds(monkeypatch, seconds):
@@ -187,7 +188,7 @@ def test_a_program_that_ends_while_xla_compiles_exits_cleanly(tmp_path):
         import numpy as np
         import dfc
         from dfc.runtime.xla import auto
-        auto.START_SECONDS = 0.0
+        auto.START_SECONDS, auto.START_CALLS = 0.0, 1
 
         @dfc.function
         def f(x):
@@ -210,7 +211,7 @@ _CACHED = textwrap.dedent("""
     import numpy as np
     import dfc
     from dfc.runtime.xla import auto
-    auto.START_SECONDS = 0.0
+    auto.START_SECONDS, auto.START_CALLS = 0.0, 1
     fused = auto.XlaRun.fused
     auto.XlaRun.fused = lambda self, s, feeds: fused(self, 10.0, feeds)
 

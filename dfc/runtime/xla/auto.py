@@ -1,19 +1,21 @@
 """The default mode's compiled path (compile_loops="auto"): a Session's run compiled whole to XLA.
 
-A run that has spent START_SECONDS on the fused path gets a background thread that traces it (Lowerer)
-and compiles it with XLA, as JAX compiles a jitted function; the fused path keeps serving the calls
-meanwhile. XLA's compiler releases the GIL, so on a machine with a core to spare the running program loses
-only the tracing (a fraction of a second). Once compiled, the next TRIALS runs are compiled runs, timed;
-if their median is slower than the fused runs' median the run goes back to the fused path for good,
-otherwise it stays compiled. The rule and its measurements: docs/architecture.md ("Compiled runs").
+A run made at least START_CALLS times that has spent START_SECONDS on the fused path gets a background
+thread that traces it (Lowerer) and compiles it with XLA, as JAX compiles a jitted function; the fused path
+keeps serving the calls meanwhile (sharing the GIL with the thread while it traces). A run made once (a
+script, `dfc run`) never starts a compile that its process would then wait for at exit. Once compiled,
+the next TRIALS runs are compiled runs, timed; if their median is slower than the fused runs' median the
+run goes back to the fused path for good, otherwise it stays compiled. The rule and its measurements:
+docs/architecture.md ("Which compiler runs a loop, and why").
 
 A run the lowering refuses (an op or structure XLA cannot express: NotLowerable names the node), or whose
 compiled runs keep having to be compiled again (a TensorArray stacked to a length that changes from run to
-run: XLA's shapes are static), stays on the fused path, whose loop frames may then compile with numba (the Session is told: `refused`). A
-compiled run that flags an error (an empty stack, a TensorArray misuse, a dead fetch) assigns nothing;
-the Session runs that step on the fused path, which raises the error with its usual message, or, should
-the two disagree, gives the fused path's answer. A process that ends while a compile runs waits for it
-(seconds at most; a thread inside XLA's compiler at interpreter shutdown would abort the process).
+run: XLA's shapes are static), stays on the fused path, whose loop frames may then compile with numba (the
+Session is told: `refused`). A compiled run that flags an error (an empty stack, a TensorArray misuse, a
+dead fetch) assigns nothing; the Session runs that step on the fused path, which raises the error with its
+usual message, or, should the two disagree, gives the fused path's answer. A process that ends while a
+compile runs waits for it (seconds at most; a thread inside XLA's compiler at interpreter shutdown would
+abort the process).
 
 A run whose compiled code proved faster is kept in the disk cache (disk.py); a later process with the same
 graph and input types loads it on its first call and runs compiled from there, without fused runs first.
@@ -25,6 +27,7 @@ import time
 from dfc.errors import DfcError
 
 START_SECONDS = 0.2     # fused seconds a run spends before its compile starts (JAX compiles at once)
+START_CALLS = 2         # and fused runs: a run made once (a script, `dfc run`) never waits for a compile
 TRIALS = 3              # compiled runs timed against the fused runs before the choice is kept
 _RECENT = 5             # fused runs whose median the compiled runs are compared with
 _RECOMPILES = 3         # compiled runs that had to be compiled again before the run goes back to fused
@@ -49,6 +52,7 @@ class XlaRun:
         self.state, self.reason = "fused", None
         self.fused_seconds, self.compile_seconds = 0.0, None
         self.fused_times, self.compiled_times = [], []
+        self.fused_runs = 0
         self.compiled_runs = 0
         self.recompiled = 0         # compiled runs that ran again, compiled anew (a length that changed)
         self.program, self._thread = None, None
@@ -96,9 +100,10 @@ class XlaRun:
     def fused(self, seconds, feeds):
         """Record a fused run of `seconds`; start the compile once the fused runs took long enough."""
         self.fused_seconds += seconds
+        self.fused_runs += 1
         self.fused_times.append(seconds)
         del self.fused_times[:-_RECENT]
-        if self.state == "fused" and self.fused_seconds >= START_SECONDS:
+        if self.state == "fused" and self.fused_seconds >= START_SECONDS and self.fused_runs >= START_CALLS:
             self._start([feeds[n] for n in self.feed_names], "compiling")
 
     # ------------------------------------------------------------------ the compile
