@@ -315,3 +315,17 @@ def test_a_run_whose_stacked_length_changes_every_call_goes_back_to_fused(monkey
         np.testing.assert_array_equal(s.call(np.float64(x)), _reference(g, np.float64(x)))
     (info,) = s.compiled_runs()
     assert info["state"] == "refused" and "compiled again" in info["reason"], info
+
+
+def test_a_run_made_once_starts_no_compile(monkeypatch):
+    """A script that calls a function once (or `dfc run`) must not wait at exit for a compile it never
+    uses: the compile starts on the second fused run at the earliest."""
+    monkeypatch.setattr(auto, "START_SECONDS", 0.0)
+    x = np.array([1.1, 1.2])
+    g = power_grad.trace(x, np.float64(50.0))
+    s = dfc.Session(g, compile_loops="auto")
+    s.call(x, np.float64(50.0))
+    assert _run_of(s).state == "fused" and _run_of(s)._thread is None
+    s.call(x, np.float64(50.0))
+    assert _run_of(s)._thread is not None
+    _run_of(s).wait()
