@@ -63,6 +63,12 @@ def pytest_configure(config):
                                        "devices; under DFC_TEST_DEVICE it keeps cpu:0 as the default device")
 
 
+# Tests of XLA-compiled runs: XLA runs on the host CPU only and never touches dfc's devices, so under
+# DFC_TEST_DEVICE (the strict double, a GPU) they would repeat the CPU run exactly; they run once.
+SAME_ON_EVERY_TEST_DEVICE = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="XLA runs on the host CPU whatever "
+                                               "the test device: the CPU run of the suite covers it")
+
+
 @pytest.fixture(autouse=True)
 def _host_devices_marker(request):
     mark = request.node.get_closest_marker("host_devices")

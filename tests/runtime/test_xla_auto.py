@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 import dfc
+from tests.conftest import SAME_ON_EVERY_TEST_DEVICE
 from dfc.runtime.xla import auto
 
 pytest.importorskip("jax")
-pytestmark = pytest.mark.host_devices("XLA runs are compiled for the host CPU")
+pytestmark = [pytest.mark.host_devices("XLA runs are compiled for the host CPU"),
+              SAME_ON_EVERY_TEST_DEVICE]
 
 
 @pytest.fixture

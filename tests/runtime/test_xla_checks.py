@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 
 import dfc
+from tests.conftest import SAME_ON_EVERY_TEST_DEVICE
 
 pytest.importorskip("jax")
 
 from dfc.runtime.xla import to_jax  # noqa: E402
 from dfc.runtime.xla.jops import NotLowerable  # noqa: E402
 
-pytestmark = pytest.mark.host_devices("the XLA program compiles for JAX's CPU backend")
+pytestmark = [pytest.mark.host_devices("the XLA program compiles for JAX's CPU backend"),
+              SAME_ON_EVERY_TEST_DEVICE]
 
 
 def _outcome(call, *args):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import dfc
+from tests.conftest import SAME_ON_EVERY_TEST_DEVICE
 from dfc.ir import ops as opreg
 from dfc.ir.graph import Node
 
@@ -20,7 +21,8 @@ pytest.importorskip("jax")
 
 from dfc.runtime.xla import to_jax  # noqa: E402
 
-pytestmark = pytest.mark.host_devices("the XLA lowerings are compiled for JAX's CPU backend")
+pytestmark = [pytest.mark.host_devices("the XLA lowerings are compiled for JAX's CPU backend"),
+              SAME_ON_EVERY_TEST_DEVICE]
 
 RNG = np.random.default_rng(7)
 F64, F32, I64, I32 = np.float64, np.float32, np.int64, np.int32

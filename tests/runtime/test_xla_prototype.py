@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import dfc
+from tests.conftest import SAME_ON_EVERY_TEST_DEVICE
 
 pytest.importorskip("jax")
 
@@ -18,7 +19,8 @@ from dfc.runtime.xla import program  # noqa: E402
 
 MIN_ROWS = program.MIN_ROWS
 
-pytestmark = pytest.mark.host_devices("the prototype compiles for JAX's CPU backend")
+pytestmark = [pytest.mark.host_devices("the prototype compiles for JAX's CPU backend"),
+              SAME_ON_EVERY_TEST_DEVICE]
 
 
 def _reference(g, *args):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import dfc
+from tests.conftest import SAME_ON_EVERY_TEST_DEVICE
 from dfc.runtime.kernels import philox
 
 pytest.importorskip("jax")
@@ -17,7 +18,8 @@ pytest.importorskip("jax")
 from dfc.runtime.xla import program, to_jax  # noqa: E402
 from dfc.runtime.xla.jops import NotLowerable  # noqa: E402
 
-pytestmark = pytest.mark.host_devices("the XLA lowering compiles for JAX's CPU backend")
+pytestmark = [pytest.mark.host_devices("the XLA lowering compiles for JAX's CPU backend"),
+              SAME_ON_EVERY_TEST_DEVICE]
 
 
 def _flat(x):
