@@ -46,46 +46,47 @@ def compare_results(ref, got, rtol, atol):
     return abs_err, rel_err, ok
 
 
+def _graph_sessions():
+    """The Sessions dfc made for this process's `graph(...)` calls (dfc.runtime.session.session_for)."""
+    from dfc.runtime import session
+    return [s for by in list(session._sessions.values()) for s in by.values()]
+
+
 def frame_runs():
     """How the loop frames dfc could compile ran so far in this process: {"compiled": runs, "fused": runs},
     summed over the compiled-frame objects of every Session dfc made for `graph(...)` calls (a frame
     nested in a compiled one is counted with it; frames dfc cannot compile are not counted)."""
-    from dfc.runtime import session
     counts = {"compiled": 0, "fused": 0}
-    for by in list(session._sessions.values()):
-        for s in by.values():
-            for plan in list(s._plans.values()):
-                progs = list((getattr(plan, "programs", None) or {}).values()) + [getattr(plan, "root_program", None)]
-                for prog in progs:
-                    runs = getattr(prog, "runs", None)
-                    if isinstance(runs, dict):
-                        for k in counts:
-                            counts[k] += runs.get(k, 0)
+    for s in _graph_sessions():
+        for plan in list(s._plans.values()):
+            progs = list((getattr(plan, "programs", None) or {}).values()) + [getattr(plan, "root_program", None)]
+            for prog in progs:
+                runs = getattr(prog, "runs", None)
+                if isinstance(runs, dict):
+                    for k in counts:
+                        counts[k] += runs.get(k, 0)
     return counts
 
 
 def xla_runs():
     """Session.compiled_runs() of every Session of this process's `graph(...)` calls: how each run compiled
     to XLA (state, reason, compile seconds, whether it came from the disk cache)."""
-    from dfc.runtime import session
-    return [r for by in list(session._sessions.values()) for s in by.values() for r in s.compiled_runs()]
+    return [r for s in _graph_sessions() for r in s.compiled_runs()]
 
 
 def not_compiled():
     """[(frame, status, blocked_by, reason)] for each loop frame dfc does not compile (Session.compiled_frames:
     what `dfc show --fused` says), over the Sessions of this process's `graph(...)` calls."""
-    from dfc.runtime import session
     out = []
-    for by in list(session._sessions.values()):
-        for s in by.values():
-            try:
-                frames = s.compiled_frames()
-            except Exception as e:      # noqa: BLE001 — reported, not fatal
-                out.append(("?", "explain failed", None, error_text(e)))
-                continue
-            for name, info in frames.items():
-                if info["status"] != "compiled":
-                    out.append((name, info["status"], info.get("blocked_by"), (info.get("reason") or "")[:300]))
+    for s in _graph_sessions():
+        try:
+            frames = s.compiled_frames()
+        except Exception as e:      # noqa: BLE001 — reported, not fatal
+            out.append(("?", "explain failed", None, error_text(e)))
+            continue
+        for name, info in frames.items():
+            if info["status"] != "compiled":
+                out.append((name, info["status"], info.get("blocked_by"), (info.get("reason") or "")[:300]))
     return out
 
 

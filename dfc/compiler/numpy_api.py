@@ -270,7 +270,7 @@ def searchsorted(a, v, side="left"):
     results are integers)."""
     a, v = convert(a), convert(v)
     d = dt.promote(a.dtype, v.dtype)      # compared as numpy compares them: in the common type
-    a, v = (x if x.dtype == d else _b().make1("Cast", (x,), {"dtype": d}) for x in (a, v))
+    a, v = K.cast(a, d), K.cast(v, d)
     return _b().make1("SearchSorted", (a, v), {"side": str(side)})
 
 

@@ -191,7 +191,7 @@ class Session:
 
     def plan(self, fetches, feed_names, targets):
         """A Plan (one device) or a _Partitioned (several) for these fetches, feeds and targets."""
-        key = (tuple(fetches), tuple(sorted(feed_names)), tuple(targets))
+        key = _plan_key(fetches, feed_names, targets)
         p = self._plans.get(key)
         if p is None:
             # with runs compiled by XLA, numba waits until XLA refuses the run (then _xla_run replans)
@@ -202,7 +202,7 @@ class Session:
     def _xla_run(self, fetches, feeds, targets):
         """The XlaRun of this run (None where runs do not compile to XLA); a run XLA refused is replanned
         with numba compiling its loop frames."""
-        key = (tuple(fetches), tuple(sorted(feeds)), tuple(targets))
+        key = _plan_key(fetches, feeds, targets)     # (the plan's own: a refused run replaces its plan)
         xr = self._xla_runs.get(key)
         if xr is None:
             from dfc.runtime.xla.auto import XlaRun
@@ -524,6 +524,11 @@ class Session:
 _OBSERVING_OPS = ("SummaryScalar", "SummaryHistogram", "Progress")     # ops a run's writer or display serves
 _sessions = weakref.WeakKeyDictionary()     # graph -> the Session that runs `graph(...)` calls
 _sessions_lock = threading.Lock()
+
+
+def _plan_key(fetches, feed_names, targets):
+    """The key of a run's Plan in Session._plans, and of its XlaRun."""
+    return tuple(fetches), tuple(sorted(feed_names)), tuple(targets)
 
 
 def session_for(graph):

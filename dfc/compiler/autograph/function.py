@@ -213,7 +213,7 @@ def _arrays_key(args):
     input, as _classify makes it), else None."""
     key = []
     for a in args:
-        if type(a) is not np.ndarray and not isinstance(a, np.generic) or isinstance(a, (np.str_, np.bytes_)):
+        if not _is_input(a):
             return None
         key.append((a.shape, a.dtype))
     return tuple(key)

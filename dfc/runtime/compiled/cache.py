@@ -221,6 +221,11 @@ def _write_verified(path, source):
                 return
     except OSError:
         pass
+    replace_file(path, data)
+
+
+def replace_file(path, data):
+    """Replace `path` atomically by the bytes `data`: a reader sees the old file or the new, never a part."""
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

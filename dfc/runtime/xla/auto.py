@@ -73,7 +73,7 @@ class XlaRun:
         try:
             values = self.program.run(flat, run_count, compiled_only=True)
             if values is None:        # new input shapes or Variables: compile those too
-                self._start(flat, "compiling")
+                self._start(flat)
                 return None
         except DfcError:
             return None          # the step runs fused, which raises the error with its usual message
@@ -104,13 +104,13 @@ class XlaRun:
         self.fused_times.append(seconds)
         del self.fused_times[:-_RECENT]
         if self.state == "fused" and self.fused_seconds >= START_SECONDS and self.fused_runs >= START_CALLS:
-            self._start([feeds[n] for n in self.feed_names], "compiling")
+            self._start([feeds[n] for n in self.feed_names])
 
     # ------------------------------------------------------------------ the compile
-    def _start(self, flat, state):
+    def _start(self, flat):
         if self._thread is not None and self._thread.is_alive():
             return
-        self.state = state
+        self.state = "compiling"
         # not a daemon: a process that ends while XLA compiles waits for it (a daemon thread inside XLA's
         # compiler when the interpreter shuts down aborts the process)
         self._thread = threading.Thread(target=self._compile, args=(flat,), name="dfc-xla-compile")
@@ -131,7 +131,7 @@ class XlaRun:
             self.state, self.reason = "failed", f"compiling raised {type(e).__name__}: {e}"
             return
         self.compile_seconds = (self.compile_seconds or 0.0) + time.perf_counter() - t
-        self.state = "compiled" if self.compiled_times and len(self.compiled_times) >= TRIALS else "trial"
+        self.state = "compiled" if len(self.compiled_times) >= TRIALS else "trial"
 
     def _entry(self, flat):
         from dfc.runtime.xla import disk
@@ -192,11 +192,12 @@ def explain(graph):
     import numpy as np
     from dfc.runtime.xla import to_jax
     from dfc.runtime.xla.jops import NotLowerable, NotStatic
+    from dfc.runtime.xla.program import integer_scalars
     feeds = [jax.ShapeDtypeStruct(tuple(i["shape"]), np.dtype(i["dtype"])) for i in inputs]
     try:
         to_jax(graph).check(feeds)
     except NotStatic as e:
-        scalars = [i["name"] for i in inputs if not i["shape"] and np.dtype(i["dtype"]).kind in "biu"]
+        scalars = [inputs[k]["name"] for k in integer_scalars(feeds)]
         if scalars:
             return {"status": "lowers", "reason": f"one executable per value of {', '.join(scalars)} ({e})"}
         return {"status": "refused", "reason": str(e)}

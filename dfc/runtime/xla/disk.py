@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import platform
-import tempfile
 from importlib import metadata
 
 from dfc.ir import serialize
@@ -77,16 +76,3 @@ def entry(digest, fetches, feed_names, targets, feeds):
     what = [digest, list(fetches), list(feed_names), list(targets),
             [[list(f.shape), f.dtype.str] for f in feeds], _platform(), _lowering()]
     return os.path.join(d, hashlib.sha256(json.dumps(what).encode()).hexdigest()[:40] + ".pkl")
-
-
-def write(path, blob):
-    """Replace `path` atomically by `blob` (a reader sees the old entry or the new, never a part)."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

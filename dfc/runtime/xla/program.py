@@ -39,6 +39,12 @@ def initial_rows(shape, dtype):
     return int(min(MAX_ROWS, max(MIN_ROWS, 1 << (fit.bit_length() - 1))))
 
 
+def integer_scalars(feeds):
+    """Indices of the feeds (arrays or jax.ShapeDtypeStructs) that are integer or boolean scalars: the ones a
+    shape may be computed from, which XlaProgram.static_retry makes constants of the executable."""
+    return tuple(i for i, f in enumerate(feeds) if len(f.shape) == 0 and np.dtype(f.dtype).kind in "biu")
+
+
 def pack_flags(tree, layout):
     """(one int64 vector of `tree`'s scalar integer and boolean leaves, its other leaves); `layout` is filled
     with what unpack_flags needs. Each array brought back from XLA costs tens of microseconds, and a run
@@ -115,6 +121,7 @@ class XlaProgram:
         return (outs, new_vars) + pack_flags(small, layout)
 
     def _function(self, feeds, variables):
+        """(the jitted or compiled function of these feeds and Variables, its flag layout, its key)."""
         sig = self._key(feeds, variables)[0]
         statics = {i: np.asarray(feeds[i]) for i in self.static_feeds}
         avals = self._avals.get(sig)
@@ -126,20 +133,24 @@ class XlaProgram:
             for i in self._buffers:
                 if i not in self.caps:
                     self.caps[i] = initial_rows(*avals[i]) if avals.get(i) is not None else MIN_ROWS
-        caps, lengths = tuple(sorted(self.caps.items())), tuple(sorted(self.ta_lengths.items()))
-        key = (sig, caps, lengths)
+        key = self._fn_key(sig)
         fn = self._compiled.get(key) or self._fns.get(key)
         if fn is None:
+            _, caps, lengths = key
             layout = self._layouts[key] = {}
             fn = self._fns[key] = jax.jit(lambda f, v, r: self._trace(caps, avals, False, lengths, f, v, r, layout,
                                                                       statics))
-        return fn, self._layouts[key]
+        return fn, self._layouts[key], key
 
     def _key(self, feeds, variables):
+        """(the signature of these feeds and Variables, the key of their function at today's buffer sizes)."""
         sig = (tuple((f.shape, f.dtype.str) for f in feeds), tuple(sorted((k, v.shape, v.dtype.str)
                                                                           for k, v in variables.items())),
                tuple(feeds[i].item() for i in self.static_feeds))
-        return sig, (sig, tuple(sorted(self.caps.items())), tuple(sorted(self.ta_lengths.items())))
+        return sig, self._fn_key(sig)
+
+    def _fn_key(self, sig):
+        return sig, tuple(sorted(self.caps.items())), tuple(sorted(self.ta_lengths.items()))
 
     def check(self, feeds):
         """Trace for these feeds (arrays or jax.ShapeDtypeStructs) without compiling: NotLowerable names
@@ -156,7 +167,7 @@ class XlaProgram:
         try:
             return attempt()
         except NotStatic:
-            scalars = tuple(i for i, f in enumerate(feeds) if np.ndim(f) == 0 and np.dtype(f.dtype).kind in "biu")
+            scalars = integer_scalars(feeds)
             if self.static_feeds or not scalars:
                 raise
             self.static_feeds = scalars
@@ -174,10 +185,9 @@ class XlaProgram:
     def _compile(self, feeds, variables=None):
         variables = self._variables() if variables is None else variables
         with x64():
-            fn = self._function(feeds, variables)[0]
-            if isinstance(fn, jax.stages.Compiled):
+            fn, _, key = self._function(feeds, variables)
+            if key in self._compiled:
                 return
-            key = next(k for k, f in self._fns.items() if f is fn)
             # one run (its results dropped: a run has no effects until _run applies them) traces and
             # compiles into jit's own cache, whose dispatch is faster per call than an AOT executable's
             jax.block_until_ready(fn(feeds, variables, np.int64(0)))
@@ -194,10 +204,10 @@ class XlaProgram:
             with x64():
                 compiled = compiled.lower(feeds, self._variables(), np.int64(0)).compile()
         payload, in_tree, out_tree = serialize_executable.serialize(compiled)
-        from dfc.runtime.xla import disk
-        disk.write(path, pickle.dumps(dict(payload=payload, in_tree=in_tree, out_tree=out_tree, sig=sig,
-                                           avals=self._avals[sig], caps=self.caps, ta_lengths=self.ta_lengths,
-                                           layout=self._layouts[key], static_feeds=self.static_feeds)))
+        from dfc.runtime.compiled.cache import replace_file
+        replace_file(path, pickle.dumps(dict(payload=payload, in_tree=in_tree, out_tree=out_tree, sig=sig,
+                                             avals=self._avals[sig], caps=self.caps, ta_lengths=self.ta_lengths,
+                                             layout=self._layouts[key], static_feeds=self.static_feeds)))
         return True
 
     def load(self, path, feeds):
@@ -213,7 +223,7 @@ class XlaProgram:
         with x64():
             compiled = serialize_executable.deserialize_and_load(d["payload"], d["in_tree"], d["out_tree"])
         self._avals[sig], self.caps, self.ta_lengths = d["avals"], dict(d["caps"]), dict(d["ta_lengths"])
-        key = self._key(feeds, self._variables())[1]
+        key = self._fn_key(sig)
         self._compiled[key], self._layouts[key] = compiled, d["layout"]
         return True
 
@@ -250,11 +260,11 @@ class XlaProgram:
             if sig not in self._avals or key not in self._compiled:
                 return None
         while True:     # a re-run with larger buffers is the same run: the same run count, the same draws
-            fn, layout = self._function(feeds, variables)
-            self._compiled.setdefault(self._key(feeds, variables)[1], fn)     # (compiled by this call if new)
+            fn, layout, key = self._function(feeds, variables)
             # each array to numpy by itself: jax.device_get's tree walk and asynchronous copies cost
             # about 100 us a run more, on a run of tens of microseconds
             result = fn(feeds, variables, run_count)
+            self._compiled.setdefault(key, fn)      # (compiled by this call if it was new)
             leaves, tree = jax.tree_util.tree_flatten(result)
             outs, new_vars, flags, rest = jax.tree_util.tree_unflatten(tree, [np.asarray(v) for v in leaves])
             lives, errors, highs, stacked = unpack_flags(flags, rest, layout)
